@@ -1,0 +1,121 @@
+import { randomUUID } from 'node:crypto';
+import rateLimit from '@fastify/rate-limit';
+import swagger from '@fastify/swagger';
+import swaggerUi from '@fastify/swagger-ui';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify';
+import { Redis } from 'ioredis';
+import { authenticate } from './http/auth.js';
+import type { AppDeps } from './http/context.js';
+import { ApiError, sendError } from './http/errors.js';
+import { validatorCompiler } from './http/validation.js';
+import { apiKeyRoutes } from './modules/api-keys/routes.js';
+import { hashKey } from './modules/api-keys/secrets.js';
+import { registerMetrics } from './modules/operations/metrics.js';
+import { operationRoutes } from './modules/operations/routes.js';
+import { organizationRoutes } from './modules/organizations/routes.js';
+import { userRoutes } from './modules/users/routes.js';
+
+/** Route plugins of each API family, registered under its prefix. */
+const v1Modules = [organizationRoutes, userRoutes, apiKeyRoutes];
+const v2Modules: (typeof v1Modules)[number][] = [];
+
+export interface BuildOptions {
+  logger?: FastifyServerOptions['logger'];
+}
+
+export async function buildApp(deps: AppDeps, options: BuildOptions = {}): Promise<FastifyInstance> {
+  const { config } = deps;
+  const app = Fastify({
+    logger: options.logger ?? {
+      level: config.logLevel,
+      redact: ['req.headers.authorization', 'headers.authorization'],
+    },
+    genReqId: (req) => {
+      const given = req.headers['x-request-id'];
+      return typeof given === 'string' && /^[\w.-]{1,128}$/.test(given) ? given : randomUUID();
+    },
+    bodyLimit: 1024 * 1024,
+    return503OnClosing: true,
+    forceCloseConnections: 'idle',
+  }).withTypeProvider<TypeBoxTypeProvider>();
+
+  app.decorate('deps', deps);
+  app.decorateRequest('principal', null);
+  app.setValidatorCompiler(validatorCompiler);
+  app.setErrorHandler((error, request, reply) => sendError(request, reply, error));
+  app.setNotFoundHandler((request, reply) =>
+    sendError(
+      request,
+      reply,
+      new ApiError(404, 'not_found', `No route ${request.method} ${request.url.split('?')[0]}`),
+    ),
+  );
+  app.addHook('onSend', async (request, reply) => {
+    reply.header('x-request-id', request.id);
+  });
+
+  await app.register(swagger, {
+    openapi: {
+      openapi: '3.1.0',
+      info: {
+        title: 'Scriptorium API',
+        version: '1.0.0',
+        description:
+          'Chats (v2), artifacts, knowledge base and management (v1). Every /api request carries Authorization: Bearer <API_KEY>.',
+      },
+      components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
+      security: [{ bearer: [] }],
+    },
+  });
+  await app.register(swaggerUi, { routePrefix: '/docs' });
+
+  const redis = config.redisUrl
+    ? new Redis(config.redisUrl, { maxRetriesPerRequest: 1, lazyConnect: false })
+    : null;
+  redis?.on('error', (err) =>
+    app.log.warn({ err }, 'redis error (rate limits fall back to allowing requests)'),
+  );
+  app.addHook('onClose', async () => {
+    await redis?.quit().catch(() => {});
+  });
+  await app.register(rateLimit, {
+    global: true,
+    max: config.rateLimitPerMinute,
+    timeWindow: 60_000,
+    redis: redis ?? undefined,
+    nameSpace: 'scriptorium-rate-limit-',
+    skipOnError: true,
+    enableDraftSpec: true,
+    allowList: (request) => !request.url.startsWith('/api/'),
+    keyGenerator: (request) => {
+      const auth = request.headers.authorization;
+      return auth ? `key:${hashKey(auth)}` : `ip:${request.ip}`;
+    },
+    errorResponseBuilder: (_request, context) =>
+      new ApiError(
+        429,
+        'rate_limited',
+        `Rate limit of ${context.max} requests per minute reached; retry in ${context.after}`,
+      ),
+  });
+
+  const metrics = registerMetrics(app);
+  app.addHook('onRequest', authenticate(deps.database));
+
+  await app.register(operationRoutes(metrics));
+  await app.register(
+    async (v1) => {
+      for (const plugin of v1Modules) await v1.register(plugin);
+    },
+    { prefix: '/api/v1' },
+  );
+  await app.register(
+    async (v2) => {
+      for (const plugin of v2Modules) await v2.register(plugin);
+    },
+    { prefix: '/api/v2' },
+  );
+
+  return app;
+}

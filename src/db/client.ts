@@ -1,0 +1,162 @@
+import { mkdirSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { PGlite } from '@electric-sql/pglite';
+import { vector } from '@electric-sql/pglite-pgvector';
+import { sql } from 'drizzle-orm';
+import { drizzle as drizzlePg } from 'drizzle-orm/node-postgres';
+import { migrate as migratePg } from 'drizzle-orm/node-postgres/migrator';
+import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
+import { drizzle as drizzlePglite } from 'drizzle-orm/pglite';
+import { migrate as migratePglite } from 'drizzle-orm/pglite/migrator';
+import pg from 'pg';
+import { lockDataDir } from './data-dir-lock.js';
+import * as schema from './schema/index.js';
+
+export type Db = PgDatabase<PgQueryResultHKT, typeof schema>;
+/** A transaction handle; services accept `Db | Tx` so callers decide the transaction. */
+export type Tx = Parameters<Parameters<Db['transaction']>[0]>[0];
+export type Queryable = Db | Tx;
+
+export interface RawResult<T> {
+  rows: T[];
+}
+
+/** The database behind the service: PGlite in DATA_DIR, or a PostgreSQL server. */
+export interface Database {
+  kind: 'pglite' | 'postgres';
+  db: Db;
+  /** Parameterised SQL outside Drizzle (job queue adapter, LISTEN/NOTIFY, health). */
+  query<T = Record<string, unknown>>(text: string, params?: unknown[]): Promise<RawResult<T>>;
+  /** Multi-statement SQL without parameters. */
+  exec(text: string): Promise<void>;
+  pglite: PGlite | null;
+  pool: pg.Pool | null;
+  ping(timeoutMs?: number): Promise<boolean>;
+  close(): Promise<void>;
+}
+
+const MIGRATIONS = fileURLToPath(new URL('./migrations', import.meta.url));
+
+// Dates stay strings everywhere, so microseconds and the UTC rendering come from PostgreSQL.
+pg.types.setTypeParser(pg.types.builtins.TIMESTAMPTZ, (v) => v);
+pg.types.setTypeParser(pg.types.builtins.TIMESTAMP, (v) => v);
+pg.types.setTypeParser(pg.types.builtins.INT8, (v) => Number(v));
+pg.types.setTypeParser(pg.types.builtins.NUMERIC, (v) => Number(v));
+
+export interface OpenOptions {
+  databaseUrl: string | null;
+  dataDir: string;
+  /** An already created PGlite (tests load a migrated template into one). */
+  pglite?: PGlite;
+  poolSize?: number;
+}
+
+export async function openDatabase(options: OpenOptions): Promise<Database> {
+  if (options.databaseUrl) return openPostgres(options.databaseUrl, options.poolSize ?? 20);
+  if (options.pglite) return openPglite(options.pglite, () => {});
+  mkdirSync(options.dataDir, { recursive: true });
+  const unlock = lockDataDir(options.dataDir);
+  try {
+    return await openPglite(new PGlite(options.dataDir, { extensions: { vector } }), unlock);
+  } catch (err) {
+    unlock();
+    throw err;
+  }
+}
+
+async function openPglite(client: PGlite, unlock: () => void): Promise<Database> {
+  await client.waitReady;
+  await client.exec(`SET TIME ZONE 'UTC'`);
+  const db = drizzlePglite({ client, schema }) as unknown as Db;
+  let closed = false;
+  return {
+    kind: 'pglite',
+    db,
+    pglite: client,
+    pool: null,
+    async query<T>(text: string, params?: unknown[]) {
+      const result = await client.query<T>(text, params as any[]);
+      return { rows: result.rows };
+    },
+    async exec(text: string) {
+      await client.exec(text);
+    },
+    async ping() {
+      if (closed || client.closed) return false;
+      try {
+        await client.query('select 1');
+        return true;
+      } catch {
+        return false;
+      }
+    },
+    async close() {
+      if (closed) return;
+      closed = true;
+      await client.close();
+      unlock();
+    },
+  };
+}
+
+async function openPostgres(url: string, max: number): Promise<Database> {
+  const pool = new pg.Pool({ connectionString: url, max, options: '-c TimeZone=UTC' });
+  // An idle client losing its server must not crash the process; the next query reports it.
+  pool.on('error', () => {});
+  const db = drizzlePg({ client: pool, schema }) as unknown as Db;
+  let closed = false;
+  return {
+    kind: 'postgres',
+    db,
+    pglite: null,
+    pool,
+    async query<T>(text: string, params?: unknown[]) {
+      const result = await pool.query(text, params as any[]);
+      return { rows: result.rows as T[] };
+    },
+    async exec(text: string) {
+      await pool.query(text);
+    },
+    async ping(timeoutMs = 2000) {
+      if (closed) return false;
+      let timer: NodeJS.Timeout | undefined;
+      try {
+        const timeout = new Promise<never>((_, reject) => {
+          timer = setTimeout(() => reject(new Error('timeout')), timeoutMs);
+        });
+        await Promise.race([pool.query('select 1'), timeout]);
+        return true;
+      } catch {
+        return false;
+      } finally {
+        clearTimeout(timer);
+      }
+    },
+    async close() {
+      if (closed) return;
+      closed = true;
+      await pool.end();
+    },
+  };
+}
+
+/** Applies the generated SQL migrations; on PostgreSQL under an advisory lock so processes can race. */
+export async function migrateDatabase(database: Database): Promise<void> {
+  if (database.kind === 'pglite') {
+    await migratePglite(database.db as any, { migrationsFolder: MIGRATIONS });
+    return;
+  }
+  const client = await database.pool!.connect();
+  try {
+    await client.query('select pg_advisory_lock(7265617)');
+    await migratePg(drizzlePg({ client, schema }), { migrationsFolder: MIGRATIONS });
+  } finally {
+    await client.query('select pg_advisory_unlock(7265617)').catch(() => {});
+    client.release();
+  }
+}
+
+export async function isEmpty(database: Database): Promise<boolean> {
+  const rows = await database.db.execute<{ n: number }>(sql`select count(*)::int as n from organizations`);
+  return Number((rows as any).rows?.[0]?.n ?? (rows as any)[0]?.n ?? 0) === 0;
+}

@@ -1,0 +1,2 @@
+// Every table of the service; drizzle-kit generates migrations from this file.
+export * from './core.js';

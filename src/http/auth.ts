@@ -1,0 +1,112 @@
+import { and, eq, isNull, or, sql } from 'drizzle-orm';
+import type { FastifyRequest } from 'fastify';
+import type { Database } from '../db/client.js';
+import { apiKeys, organizations, users } from '../db/schema/index.js';
+import { hashKey, type KeyKind } from '../modules/api-keys/secrets.js';
+import { ApiError, familyOf, forbidden, unauthorized } from './errors.js';
+
+export type Role = 'admin' | 'member' | 'super_admin';
+
+export interface Principal {
+  kind: KeyKind;
+  keyId: number;
+  organizationId: number | null;
+  userId: number | null;
+  role: Role;
+}
+
+/** A principal acting inside one organization (organization or personal key). */
+export interface OrgPrincipal extends Principal {
+  organizationId: number;
+}
+
+/** Who may call a route: `organization` (default for /api) = organization and personal keys. */
+export type Access = 'public' | 'organization' | 'super_admin';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    principal: Principal | null;
+  }
+  interface FastifyContextConfig {
+    access?: Access;
+  }
+}
+
+const LAST_USED_EVERY_MS = 60_000;
+
+function bearerToken(header: string | undefined): string | null {
+  if (!header) return null;
+  const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
+  return match ? match[1] : null;
+}
+
+/** Resolves `Authorization: Bearer` to a principal, with the 401/403 rules of each API family. */
+export function authenticate(database: Database) {
+  return async function authHook(request: FastifyRequest) {
+    const family = familyOf(request.url);
+    const access: Access =
+      request.routeOptions.config?.access ?? (family === 'plain' ? 'public' : 'organization');
+    // Unknown routes answer 404 whatever the key.
+    if (access === 'public' || !request.routeOptions.url) return;
+
+    const token = bearerToken(request.headers.authorization);
+    if (!token)
+      throw unauthorized('Missing API key: send Authorization: Bearer <API_KEY>', 'missing_api_key');
+
+    const [row] = await database.db
+      .select({
+        id: apiKeys.id,
+        kind: apiKeys.kind,
+        organizationId: apiKeys.organizationId,
+        userId: apiKeys.userId,
+        lastUsedAt: apiKeys.lastUsedAt,
+        recentlyUsed: sql<boolean>`${apiKeys.lastUsedAt} > now() - make_interval(secs => ${LAST_USED_EVERY_MS / 1000})`,
+        role: users.role,
+      })
+      .from(apiKeys)
+      .leftJoin(organizations, eq(organizations.id, apiKeys.organizationId))
+      .leftJoin(users, eq(users.id, apiKeys.userId))
+      .where(
+        and(
+          eq(apiKeys.keyHash, hashKey(token)),
+          isNull(apiKeys.revokedAt),
+          or(isNull(apiKeys.organizationId), eq(organizations.active, true)),
+          or(isNull(apiKeys.userId), isNull(users.deletedAt)),
+        ),
+      )
+      .limit(1);
+
+    if (!row) {
+      // Spec 5: an invalid or revoked key is 403 on chat endpoints, 401 on v1 (DESIGN.md 4).
+      const status = family === 'v2' ? 403 : 401;
+      throw new ApiError(status, 'invalid_api_key', 'Invalid or revoked API key');
+    }
+    if (access === 'super_admin' && row.kind !== 'super_admin')
+      throw forbidden('This endpoint requires a super admin key');
+    if (access === 'organization' && row.kind === 'super_admin') {
+      throw forbidden('Super admin keys act on /api/v1/admin endpoints only');
+    }
+
+    request.principal = {
+      kind: row.kind,
+      keyId: row.id,
+      organizationId: row.organizationId,
+      userId: row.userId,
+      role:
+        row.kind === 'super_admin'
+          ? 'super_admin'
+          : row.kind === 'organization'
+            ? 'admin'
+            : (row.role ?? 'member'),
+    };
+
+    if (!row.recentlyUsed) {
+      // Best effort and throttled: a failed bookkeeping write must not fail the request.
+      database.db
+        .update(apiKeys)
+        .set({ lastUsedAt: sql`now()` })
+        .where(eq(apiKeys.id, row.id))
+        .catch((err) => request.log.warn({ err }, 'could not record key use'));
+    }
+  };
+}

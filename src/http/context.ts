@@ -1,0 +1,44 @@
+import type { FastifyBaseLogger, FastifyRequest } from 'fastify';
+import type { Config } from '../config.js';
+import type { SecretBox } from '../crypto/secret-box.js';
+import type { Database, Db } from '../db/client.js';
+import type { OrgPrincipal } from './auth.js';
+import { forbidden } from './errors.js';
+
+/** What the app shares with every module; built once in main.ts (or by the test helpers). */
+export interface AppDeps {
+  config: Config;
+  database: Database;
+  secrets: SecretBox;
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    deps: AppDeps;
+  }
+}
+
+/** What a service receives: never a request or reply, never a global. */
+export interface ServiceContext {
+  db: Db;
+  database: Database;
+  config: Config;
+  secrets: SecretBox;
+  principal: OrgPrincipal;
+  log: FastifyBaseLogger;
+}
+
+export function contextOf(request: FastifyRequest): ServiceContext {
+  const principal = request.principal;
+  if (!principal || principal.organizationId === null)
+    throw forbidden('This endpoint needs an organization key');
+  const { config, database, secrets } = request.server.deps;
+  return {
+    db: database.db,
+    database,
+    config,
+    secrets,
+    principal: principal as OrgPrincipal,
+    log: request.log,
+  };
+}

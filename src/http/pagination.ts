@@ -1,0 +1,26 @@
+import { type Static, Type } from '@sinclair/typebox';
+
+export const PageQuery = Type.Object({
+  page: Type.Integer({ minimum: 1, default: 1, description: '1-based page number' }),
+  page_size: Type.Integer({ minimum: 1, maximum: 100, default: 50, description: 'Items per page (max 100)' }),
+});
+export type PageQuery = Static<typeof PageQuery>;
+
+export const Pagination = Type.Object({
+  page: Type.Integer(),
+  page_size: Type.Integer(),
+  total_count: Type.Integer(),
+  total_pages: Type.Integer(),
+});
+export type Pagination = Static<typeof Pagination>;
+
+export function pagination(query: PageQuery, totalCount: number): Pagination {
+  return {
+    page: query.page,
+    page_size: query.page_size,
+    total_count: totalCount,
+    total_pages: Math.ceil(totalCount / query.page_size),
+  };
+}
+
+export const offsetOf = (query: PageQuery) => (query.page - 1) * query.page_size;

@@ -1,0 +1,9 @@
+import type { Principal } from './auth.js';
+import { forbidden } from './errors.js';
+
+/** Organization keys and admin users manage the organization; members only use it. */
+export function requireAdmin(principal: Principal): void {
+  if (principal.role !== 'admin') throw forbidden('Members may not change management resources');
+}
+
+export const isAdmin = (principal: Principal) => principal.role === 'admin';

@@ -1,0 +1,63 @@
+import { type TSchema, Type } from '@sinclair/typebox';
+
+export const Nullable = <T extends TSchema>(schema: T) => Type.Union([schema, Type.Null()]);
+
+export const Timestamp = Type.String({
+  description: 'UTC, microsecond precision: YYYY-MM-DDTHH:MM:SS.ffffffZ',
+});
+
+/** A database id in a path or body: int4, so larger values are a 400, not a database error. */
+export const Id = (options: { description?: string } = {}) =>
+  Type.Integer({ minimum: 1, maximum: 2147483647, ...options });
+
+export const IdParams = Type.Object({ id: Id() });
+
+export const V1Error = Type.Object({
+  error: Type.Object({
+    message: Type.String(),
+    code: Type.String({ description: 'Stable snake_case identifier' }),
+    details: Type.Record(Type.String(), Type.Array(Type.String()), { description: 'Field -> messages' }),
+  }),
+});
+
+export const V2Error = Type.Object({
+  status: Type.Literal('error'),
+  response: Type.Object(
+    {
+      code: Type.Integer({ description: 'The HTTP status' }),
+      error: Type.String({ description: 'Stable snake_case identifier' }),
+      message: Type.String(),
+      chat_id: Type.Optional(Type.Integer({ description: 'On a failed create: the chat that was kept' })),
+    },
+    { additionalProperties: true },
+  ),
+});
+
+/** Route response schemas plus the v1 error statuses, so OpenAPI shows them. */
+export const v1Responses = <T extends Record<number, TSchema>>(success: T) => ({
+  ...success,
+  400: V1Error,
+  401: V1Error,
+  403: V1Error,
+  404: V1Error,
+  422: V1Error,
+  429: V1Error,
+});
+
+export const v2Responses = <T extends Record<number, TSchema>>(success: T) => ({
+  ...success,
+  400: V2Error,
+  401: V2Error,
+  402: V2Error,
+  403: V2Error,
+  404: V2Error,
+  409: V2Error,
+  429: V2Error,
+  500: V2Error,
+  504: V2Error,
+});
+
+export const Message = Type.Object({ message: Type.String() });
+
+/** v2 success envelope. */
+export const ok = <T extends TSchema>(response: T) => Type.Object({ status: Type.Literal('ok'), response });

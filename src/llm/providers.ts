@@ -1,0 +1,104 @@
+import { createAnthropic } from '@ai-sdk/anthropic';
+import { createOpenAI } from '@ai-sdk/openai';
+import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
+import type { EmbeddingModelV3, LanguageModelV3 } from '@ai-sdk/provider';
+import { BuiltinLanguageModel } from './builtin-model.js';
+
+export type ProviderName = 'openai-compatible' | 'openai' | 'anthropic' | 'builtin';
+
+export const PROVIDER_NAMES: readonly ProviderName[] = [
+  'openai-compatible',
+  'openai',
+  'anthropic',
+  'builtin',
+];
+
+export interface ModelSettings {
+  provider: ProviderName;
+  model: string;
+  /** Like the providers' own defaults, ends with `/v1`, e.g. `http://127.0.0.1:1234/v1`. */
+  baseUrl: string | null;
+  apiKey: string | null;
+}
+
+export class ProviderConfigurationError extends Error {
+  override readonly name = 'ProviderConfigurationError';
+}
+
+export function isProviderName(value: unknown): value is ProviderName {
+  return typeof value === 'string' && (PROVIDER_NAMES as readonly string[]).includes(value);
+}
+
+export function createLanguageModel(settings: ModelSettings): LanguageModelV3 {
+  switch (settings.provider) {
+    case 'openai-compatible':
+      return openAICompatibleProvider(settings).chatModel(requireModel(settings));
+    case 'openai':
+      // The Chat Completions API (not Responses) so a custom base_url can point at any OpenAI-compatible server.
+      return openAIProvider(settings).chat(requireModel(settings));
+    case 'anthropic':
+      return createAnthropic({ baseURL: normalizeBaseUrl(settings.baseUrl), apiKey: apiKeyFor(settings) })(
+        requireModel(settings),
+      );
+    case 'builtin':
+      return new BuiltinLanguageModel();
+    default:
+      throw new ProviderConfigurationError(`Unknown model provider: ${String(settings.provider)}`);
+  }
+}
+
+/** Null when the provider has no embeddings API (Anthropic) or no real model (builtin). */
+export function createEmbeddingModel(settings: ModelSettings): EmbeddingModelV3 | null {
+  switch (settings.provider) {
+    case 'openai-compatible':
+      return openAICompatibleProvider(settings).embeddingModel(requireModel(settings));
+    case 'openai':
+      return openAIProvider(settings).embedding(requireModel(settings));
+    case 'anthropic':
+    case 'builtin':
+      return null;
+    default:
+      throw new ProviderConfigurationError(`Unknown model provider: ${String(settings.provider)}`);
+  }
+}
+
+function openAICompatibleProvider(settings: ModelSettings) {
+  const baseURL = normalizeBaseUrl(settings.baseUrl);
+  if (!baseURL) {
+    throw new ProviderConfigurationError(
+      'The openai-compatible provider needs a base URL, e.g. http://127.0.0.1:1234/v1',
+    );
+  }
+  return createOpenAICompatible({
+    name: 'openai-compatible',
+    baseURL,
+    apiKey: settings.apiKey ?? undefined,
+    // Without this the provider omits stream_options.include_usage and streamed calls report no token usage.
+    includeUsage: true,
+  });
+}
+
+function openAIProvider(settings: ModelSettings) {
+  return createOpenAI({ baseURL: normalizeBaseUrl(settings.baseUrl), apiKey: apiKeyFor(settings) });
+}
+
+/**
+ * With a custom endpoint and no key, send an empty key rather than letting the SDK fall back to
+ * OPENAI_API_KEY / ANTHROPIC_API_KEY from the environment: that key belongs to the vendor, not to
+ * whatever server base_url points at. With the vendor's default endpoint the env fallback is what users expect.
+ */
+function apiKeyFor(settings: ModelSettings): string | undefined {
+  if (settings.apiKey) return settings.apiKey;
+  return normalizeBaseUrl(settings.baseUrl) ? '' : undefined;
+}
+
+function normalizeBaseUrl(baseUrl: string | null): string | undefined {
+  const trimmed = baseUrl?.trim().replace(/\/+$/, '');
+  return trimmed ? trimmed : undefined;
+}
+
+function requireModel(settings: ModelSettings): string {
+  const model = settings.model.trim();
+  if (!model) throw new ProviderConfigurationError(`The ${settings.provider} provider needs a model name`);
+  return model;
+}

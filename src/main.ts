@@ -1,0 +1,57 @@
+import { buildApp } from './app.js';
+import { ConfigError, loadConfig } from './config.js';
+import { createSecretBox, resolveSecret } from './crypto/secret-box.js';
+import { isEmpty, migrateDatabase, openDatabase } from './db/client.js';
+import { bootstrap, NotEmptyError } from './modules/bootstrap/service.js';
+
+async function main() {
+  const config = loadConfig();
+  const database = await openDatabase(config);
+  await migrateDatabase(database);
+  const secret = resolveSecret(config.secretKey, config.dataDir);
+  const deps = { config, database, secrets: createSecretBox(secret.secret) };
+  const app = await buildApp(deps);
+  if (secret.generated && database.kind === 'postgres') {
+    app.log.warn(
+      'SECRET_KEY is not set: using a key generated in DATA_DIR; set SECRET_KEY when several processes share the database',
+    );
+  }
+
+  if (await isEmpty(database)) {
+    try {
+      const keys = await bootstrap(database, deps);
+      // The one time keys are logged: the first start of an empty database (DESIGN.md section 3).
+      app.log.info({ bootstrap: keys }, 'Bootstrapped an empty database; these keys are shown only once');
+    } catch (err) {
+      if (!(err instanceof NotEmptyError)) throw err;
+    }
+  }
+
+  let stopping = false;
+  const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    app.log.info({ signal }, 'shutting down: finishing in-flight requests');
+    const force = setTimeout(() => {
+      app.log.warn('grace period over; exiting with requests still open');
+      process.exit(1);
+    }, config.shutdownGraceMs);
+    force.unref();
+    await app.close();
+    await database.close();
+    process.exit(0);
+  };
+  process.on('SIGTERM', () => void stop('SIGTERM'));
+  process.on('SIGINT', () => void stop('SIGINT'));
+
+  await app.listen({ port: config.port, host: config.host });
+}
+
+main().catch((err) => {
+  if (err instanceof ConfigError) {
+    console.error(`Configuration error: ${err.message}`);
+  } else {
+    console.error(err instanceof Error ? (err.stack ?? err.message) : err);
+  }
+  process.exit(1);
+});

@@ -1,0 +1,28 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { Type } from '@sinclair/typebox';
+import type { Registry } from 'prom-client';
+
+const Status = Type.Object({ status: Type.String() });
+const tags = ['Operations'];
+
+export const operationRoutes =
+  (metrics: Registry): FastifyPluginAsyncTypebox =>
+  async (app) => {
+    app.get('/health', { schema: { tags, response: { 200: Status } } }, async () => ({ status: 'ok' }));
+
+    app.get(
+      '/ready',
+      { schema: { tags, response: { 200: Status, 503: Status } } },
+      async (_request, reply) => {
+        if (await app.deps.database.ping()) return { status: 'ready' };
+        return reply.status(503).send({ status: 'database unavailable' });
+      },
+    );
+
+    app.get('/metrics', { schema: { tags, hide: true } }, async (_request, reply) => {
+      reply.type(metrics.contentType);
+      return metrics.metrics();
+    });
+
+    app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
+  };
