@@ -4,6 +4,7 @@ import {
   embed,
   embedMany,
   generateText,
+  NoOutputGeneratedError,
   RetryError,
   stepCountIs,
   streamText,
@@ -173,6 +174,28 @@ describe('openai-compatible provider', () => {
     expect((error as APICallError).statusCode).toBe(400);
     expect((error as APICallError).message).toBe('context length exceeded');
     expect(server.requests).toHaveLength(1);
+  });
+
+  it('on the streaming path a 400 becomes an error part, onError fires and text rejects', async () => {
+    server.enqueue({
+      status: 400,
+      errorBody: { error: { message: 'bad tools', type: 'invalid_request_error' } },
+    });
+    const errors: unknown[] = [];
+    const result = streamText({
+      model: createLanguageModel(settings),
+      prompt: 'x',
+      onError: ({ error }) => {
+        errors.push(error);
+      },
+    });
+    const parts: string[] = [];
+    for await (const part of result.fullStream) {
+      parts.push(part.type === 'error' ? `error:${(part.error as Error).message}` : part.type);
+    }
+    expect(parts).toEqual(['start', 'error:bad tools']);
+    expect(errors).toHaveLength(1);
+    await expect(result.text).rejects.toSatisfy((e) => NoOutputGeneratedError.isInstance(e));
   });
 
   it('retries a 500 and then succeeds', async () => {

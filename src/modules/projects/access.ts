@@ -1,0 +1,52 @@
+import { and, eq, exists, isNull, type SQL, sql } from 'drizzle-orm';
+import type { Queryable } from '../../db/client.js';
+import { groupMembers, projectGroups, projects } from '../../db/schema/index.js';
+import type { OrgPrincipal } from '../../http/auth.js';
+
+/**
+ * The one rule for "may this key use this project": organization keys and admin users reach every
+ * project of their organization; members reach projects that share a group with them.
+ */
+export function projectVisibleTo(principal: OrgPrincipal): SQL {
+  const inOrg = and(eq(projects.organizationId, principal.organizationId), isNull(projects.deletedAt))!;
+  if (principal.role === 'admin') return inOrg;
+  return and(inOrg, sharesGroupWithUser(principal.userId ?? 0))!;
+}
+
+export function sharesGroupWithUser(userId: number): SQL {
+  return exists(
+    sql`select 1 from ${projectGroups} join ${groupMembers} on ${groupMembers.groupId} = ${projectGroups.groupId}
+        where ${projectGroups.projectId} = ${projects.id} and ${groupMembers.userId} = ${userId}`,
+  );
+}
+
+export type ProjectRow = typeof projects.$inferSelect;
+
+/**
+ * Looks a project up for a principal. `missing`: no such project in the organization (or deleted);
+ * `forbidden`: it exists but the key's user may not use it. Callers map these to their family's
+ * status (v1: 404 for both, never revealing; v2 chats: 404 and 401, spec 5).
+ */
+export async function findProjectFor(
+  db: Queryable,
+  principal: OrgPrincipal,
+  projectId: number,
+): Promise<{ project: ProjectRow; allowed: boolean } | null> {
+  const [row] = await db
+    .select({
+      project: projects,
+      allowed:
+        principal.role === 'admin'
+          ? sql<boolean>`true`
+          : sql<boolean>`${sharesGroupWithUser(principal.userId ?? 0)}`,
+    })
+    .from(projects)
+    .where(
+      and(
+        eq(projects.id, projectId),
+        eq(projects.organizationId, principal.organizationId),
+        isNull(projects.deletedAt),
+      ),
+    );
+  return row ? { project: row.project, allowed: Boolean(row.allowed) } : null;
+}
