@@ -14,10 +14,11 @@ import { hashKey } from './modules/api-keys/secrets.js';
 import { registerMetrics } from './modules/operations/metrics.js';
 import { operationRoutes } from './modules/operations/routes.js';
 import { organizationRoutes } from './modules/organizations/routes.js';
+import { usageRoutes } from './modules/usage/routes.js';
 import { userRoutes } from './modules/users/routes.js';
 
 /** Route plugins of each API family, registered under its prefix. */
-const v1Modules = [organizationRoutes, userRoutes, apiKeyRoutes];
+const v1Modules = [organizationRoutes, userRoutes, apiKeyRoutes, usageRoutes];
 const v2Modules: (typeof v1Modules)[number][] = [];
 
 export interface BuildOptions {
