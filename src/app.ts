@@ -8,6 +8,7 @@ import { Redis } from 'ioredis';
 import { authenticate } from './http/auth.js';
 import type { AppDeps } from './http/context.js';
 import { ApiError, sendError } from './http/errors.js';
+import { registerIdempotency } from './http/idempotency.js';
 import { validatorCompiler } from './http/validation.js';
 import { apiKeyRoutes } from './modules/api-keys/routes.js';
 import { hashKey } from './modules/api-keys/secrets.js';
@@ -103,6 +104,7 @@ export async function buildApp(deps: AppDeps, options: BuildOptions = {}): Promi
 
   const metrics = registerMetrics(app);
   app.addHook('onRequest', authenticate(deps.database));
+  registerIdempotency(app, { lockMs: config.replyTimeoutMs + 60_000 });
 
   await app.register(operationRoutes(metrics));
   await app.register(

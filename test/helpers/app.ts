@@ -43,7 +43,7 @@ export async function buildTestApp(
   const config = loadConfig(testEnv(env));
   const db = testDb ?? (await createTestDatabase());
   const deps: AppDeps = { config, database: db.database, secrets: createSecretBox(TEST_SECRET) };
-  const app = await buildApp(deps, { logger: false });
+  const app = await buildApp(deps, { logger: process.env.DEBUG_LOG ? { level: 'error' } : false });
   await app.ready();
   const boot = await bootstrap(db.database, deps);
   return {

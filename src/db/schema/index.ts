@@ -1,3 +1,7 @@
 // Every table of the service; drizzle-kit generates migrations from this file.
 export * from './core.js';
 export * from './management.js';
+export * from './artifacts.js';
+export * from './integrations.js';
+export * from './idempotency.js';
+export * from './documents.js';

@@ -1,0 +1,156 @@
+import { createHash } from 'node:crypto';
+import { and, eq, lt, sql } from 'drizzle-orm';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { idempotencyKeys } from '../db/schema/index.js';
+import { ApiError, badRequest, conflict } from './errors.js';
+
+const TTL_HOURS = 24;
+const HEADER = 'idempotency-key';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The claimed idempotency row of this request, if it carries an Idempotency-Key. */
+    idempotencyId: number | null;
+  }
+}
+
+function requestHash(request: FastifyRequest): string {
+  // Multipart bodies are read by their handler, after this hook: their length stands in for them.
+  const multipart = String(request.headers['content-type'] ?? '').startsWith('multipart/');
+  const body = multipart
+    ? `multipart:${request.headers['content-length'] ?? ''}`
+    : JSON.stringify(request.body ?? null);
+  return createHash('sha256').update(`${request.method} ${request.url}\n${body}`).digest('hex');
+}
+
+/**
+ * Idempotency-Key on every POST (issue 9): the first request's status and body are stored for 24
+ * hours per API key and replayed to repeats with the same body; a different body is 422; a repeat
+ * while the first is still running is 409. Streaming requests record a `streamRef` (see
+ * `setIdempotentStream`) so a repeat can reattach instead.
+ */
+export function registerIdempotency(app: FastifyInstance, options: { lockMs: number }) {
+  const { database } = app.deps;
+  app.decorateRequest('idempotencyId', null);
+  app.decorateRequest('idempotencyStream', null);
+
+  app.addHook('preHandler', async (request, reply) => {
+    const key = request.headers[HEADER];
+    if (request.method !== 'POST' || key === undefined || !request.principal) return;
+    if (typeof key !== 'string' || key.length === 0 || key.length > 255) {
+      throw badRequest('Idempotency-Key must be 1 to 255 characters', { 'Idempotency-Key': ['is invalid'] });
+    }
+    const keyId = request.principal.keyId;
+    const hash = requestHash(request);
+    const db = database.db;
+    await db
+      .delete(idempotencyKeys)
+      .where(
+        and(
+          eq(idempotencyKeys.apiKeyId, keyId),
+          eq(idempotencyKeys.key, key),
+          lt(idempotencyKeys.createdAt, sql`now() - make_interval(hours => ${TTL_HOURS})`),
+        ),
+      );
+    const lockedUntil = sql`now() + make_interval(secs => ${options.lockMs / 1000})`;
+    const [claimed] = await db
+      .insert(idempotencyKeys)
+      .values({ apiKeyId: keyId, key, requestHash: hash, state: 'running', lockedUntil })
+      .onConflictDoNothing()
+      .returning({ id: idempotencyKeys.id });
+    if (claimed) {
+      request.idempotencyId = claimed.id;
+      return;
+    }
+    const [row] = await db
+      .select({
+        id: idempotencyKeys.id,
+        requestHash: idempotencyKeys.requestHash,
+        state: idempotencyKeys.state,
+        statusCode: idempotencyKeys.statusCode,
+        contentType: idempotencyKeys.contentType,
+        responseBody: idempotencyKeys.responseBody,
+        streamRef: idempotencyKeys.streamRef,
+        expired: sql<boolean>`${idempotencyKeys.lockedUntil} < now()`,
+      })
+      .from(idempotencyKeys)
+      .where(and(eq(idempotencyKeys.apiKeyId, keyId), eq(idempotencyKeys.key, key)));
+    if (!row)
+      throw conflict(
+        'The request with this Idempotency-Key is being retried; try again',
+        'idempotency_conflict',
+      );
+    if (row.requestHash !== hash) {
+      throw new ApiError(
+        422,
+        'idempotency_key_reused',
+        'This Idempotency-Key was used with a different request',
+        { 'Idempotency-Key': ['was used with a different request'] },
+      );
+    }
+    if (row.state === 'completed' && row.statusCode !== null) {
+      reply.header('idempotent-replayed', 'true');
+      if (row.contentType) reply.type(row.contentType);
+      return reply.status(row.statusCode).send(row.responseBody ?? '');
+    }
+    if (row.streamRef) {
+      request.idempotencyStream = row.streamRef;
+      return;
+    }
+    if (!row.expired) {
+      throw conflict(
+        'A request with this Idempotency-Key is still running',
+        'idempotency_request_in_progress',
+      );
+    }
+    // The first attempt's process died mid-request: this repeat takes the key over.
+    await db
+      .update(idempotencyKeys)
+      .set({ lockedUntil, state: 'running' })
+      .where(eq(idempotencyKeys.id, row.id));
+    request.idempotencyId = row.id;
+  });
+
+  app.addHook('onSend', async (request, reply, payload) => {
+    const id = request.idempotencyId;
+    if (id === null || reply.getHeader('idempotent-replayed')) return payload;
+    request.idempotencyId = null;
+    if (reply.statusCode >= 500 || reply.statusCode === 409 || reply.statusCode === 429) {
+      // Not an answer to keep (our failure, a concurrent conflict, a rate limit): a retry runs the request again.
+      await database.db.delete(idempotencyKeys).where(eq(idempotencyKeys.id, id));
+      return payload;
+    }
+    await database.db
+      .update(idempotencyKeys)
+      .set({
+        state: 'completed',
+        statusCode: reply.statusCode,
+        contentType: String(reply.getHeader('content-type') ?? 'application/json'),
+        responseBody:
+          typeof payload === 'string' ? payload : Buffer.isBuffer(payload) ? payload.toString('utf8') : '',
+      })
+      .where(eq(idempotencyKeys.id, id));
+    return payload;
+  });
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** Set when this request repeats a streaming request: the stream to reattach to. */
+    idempotencyStream: string | null;
+  }
+}
+
+/**
+ * Called by streaming routes once their stream exists, so a repeat of the request reattaches to it.
+ * The key then stays claimed for 24 hours: repeats never start a second stream.
+ */
+export async function setIdempotentStream(request: FastifyRequest, streamRef: string): Promise<void> {
+  const id = request.idempotencyId;
+  if (id === null) return;
+  request.idempotencyId = null;
+  await request.server.deps.database.db
+    .update(idempotencyKeys)
+    .set({ streamRef, state: 'completed' })
+    .where(eq(idempotencyKeys.id, id));
+}

@@ -1,0 +1,70 @@
+import { eq, sql } from 'drizzle-orm';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { idempotencyKeys, users } from '../src/db/schema/index.js';
+import { buildTestApp, call, createOrg, expectStatus, expectV1Error, type TestApp } from './helpers/app.js';
+
+describe('Idempotency-Key on POST', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await buildTestApp();
+  });
+  afterAll(() => t.close());
+
+  const createUser = (key: string, idem: string, email: string) =>
+    call(t, 'POST', '/api/v1/users', { key, body: { email }, headers: { 'idempotency-key': idem } });
+
+  it('replays the first response to a repeat with the same body, creating nothing twice', async () => {
+    const org = await createOrg(t);
+    const first = await createUser(org.orgKey, 'k-1', 'once@example.com');
+    expectStatus(first, 201);
+    const again = await createUser(org.orgKey, 'k-1', 'once@example.com');
+    expectStatus(again, 201);
+    expect(again.body).toEqual(first.body);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    const rows = await t.deps.database.db.select().from(users).where(eq(users.email, 'once@example.com'));
+    expect(rows).toHaveLength(1);
+  });
+
+  it('replays client errors too, but answers 422 when the body differs', async () => {
+    const org = await createOrg(t);
+    const bad = await createUser(org.orgKey, 'k-2', 'dup@example.com');
+    expectStatus(bad, 201);
+    const mismatch = await createUser(org.orgKey, 'k-2', 'other@example.com');
+    expectV1Error(mismatch, 422, 'idempotency_key_reused');
+  });
+
+  it('keys are per API key', async () => {
+    const org = await createOrg(t);
+    expectStatus(await createUser(org.orgKey, 'shared', 'a@example.com'), 201);
+    const other = await createUser(org.adminKey, 'shared', 'b@example.com');
+    expectStatus(other, 201);
+    expect(other.headers['idempotent-replayed']).toBeUndefined();
+  });
+
+  it('answers 409 while the first request is still running, and takes over one whose process died', async () => {
+    const org = await createOrg(t);
+    expectStatus(await createUser(org.orgKey, 'k-3', 'running@example.com'), 201);
+    // Put the stored request back in flight, as if its first attempt were still running.
+    await t.deps.database.db
+      .update(idempotencyKeys)
+      .set({ state: 'running', statusCode: null, lockedUntil: sql`now() + interval '1 hour'` })
+      .where(eq(idempotencyKeys.key, 'k-3'));
+    expectV1Error(
+      await createUser(org.orgKey, 'k-3', 'running@example.com'),
+      409,
+      'idempotency_request_in_progress',
+    );
+    // Its lock expires (the process died): the repeat runs the request again.
+    await t.deps.database.db
+      .update(idempotencyKeys)
+      .set({ lockedUntil: sql`now() - interval '1 second'` })
+      .where(eq(idempotencyKeys.key, 'k-3'));
+    const takeover = await createUser(org.orgKey, 'k-3', 'running@example.com');
+    expectV1Error(takeover, 409, 'already_exists');
+  });
+
+  it('rejects an over-long key', async () => {
+    const org = await createOrg(t);
+    expectV1Error(await createUser(org.orgKey, 'x'.repeat(256), 'long@example.com'), 400);
+  });
+});
