@@ -1,6 +1,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { Registry } from 'prom-client';
+import { asyncApiDocument } from './asyncapi.js';
 
 const Status = Type.Object({ status: Type.String() });
 const tags = ['Operations'];
@@ -25,4 +26,7 @@ export const operationRoutes =
     });
 
     app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
+
+    const asyncApi = asyncApiDocument(app.deps.config.publicBaseUrl);
+    app.get('/asyncapi.json', { schema: { hide: true } }, async () => asyncApi);
   };

@@ -1,0 +1,209 @@
+import { type TSchema, Type } from '@sinclair/typebox';
+import { Nullable, Timestamp } from '../../http/schemas.js';
+
+// Payloads of spec section 6, as JSON Schema. The SSE `id:` line carries each event's sequence number.
+const ToolExecution = Type.Object({
+  id: Type.Integer(),
+  tool_name: Type.String(),
+  tool_call_id: Type.String(),
+  status: Type.String({ description: 'completed or failed' }),
+  parameters: Type.Object({}, { additionalProperties: true }),
+  result: Type.Unknown(),
+  error: Type.Unknown({ description: 'null on success' }),
+  execution_time_ms: Type.Integer(),
+});
+
+const ChatMessage = Type.Object({
+  id: Type.Integer(),
+  role: Type.String({ enum: ['assistant', 'user'] }),
+  content: Type.String(),
+  model: Nullable(Type.String()),
+  created_at: Timestamp,
+  tool_executions: Type.Array(ToolExecution),
+});
+
+const Chat = Type.Object({
+  id: Type.Integer(),
+  title: Type.String(),
+  project_id: Type.Integer(),
+  model_configuration_id: Type.Integer(),
+  agent_id: Nullable(Type.Integer()),
+  created_at: Timestamp,
+});
+
+const chatEvents: Record<string, { summary: string; payload: TSchema }> = {
+  content: { summary: 'A chunk of assistant text', payload: Type.Object({ content: Type.String() }) },
+  tool_start: {
+    summary: 'A tool call begins',
+    payload: Type.Object({
+      tool_call_id: Type.String(),
+      tool_name: Type.String(),
+      parameters: Type.Object({}, { additionalProperties: true }),
+    }),
+  },
+  tool_result: {
+    summary: 'A tool call ended',
+    payload: Type.Object({
+      tool_call_id: Type.String(),
+      tool_name: Type.String(),
+      result: Type.Unknown(),
+      error: Type.Unknown(),
+      execution_time_ms: Type.Integer(),
+    }),
+  },
+  done: {
+    summary: 'The reply is complete; on POST /api/v2/chats also the chat',
+    payload: Type.Object({ message: ChatMessage, chat: Type.Optional(Chat) }),
+  },
+  error: {
+    summary: 'The turn failed; code is the HTTP status it maps to; on create also the chat that was kept',
+    payload: Type.Object({ message: Type.String(), code: Type.Integer(), chat: Type.Optional(Chat) }),
+  },
+};
+
+const artifactEvents: Record<string, { summary: string; payload: TSchema }> = {
+  chunk: {
+    summary: 'A chunk of artifact content',
+    payload: Type.Object({ content: Type.String(), done: Type.Literal(false) }),
+  },
+  done: {
+    summary: 'The artifact is saved',
+    payload: Type.Object({
+      artifact_id: Type.Union([Type.Integer(), Type.String()]),
+      done: Type.Literal(true),
+    }),
+  },
+  error: {
+    summary: 'Generation failed; nothing half-written was saved as finished',
+    payload: Type.Object({
+      error: Type.Object({
+        message: Type.String(),
+        code: Type.String(),
+        details: Type.Object({}, { additionalProperties: true }),
+      }),
+    }),
+  },
+};
+
+const generatedData = Type.Object({
+  name: Type.String(),
+  artifact_id: Type.Integer(),
+  artifact_type_slug: Type.String(),
+  project_id: Type.Integer(),
+  api_async_create_event_id: Type.String({ format: 'uuid' }),
+  chat_id: Type.Optional(Type.Integer({ description: 'Only when the artifact has an associated chat' })),
+});
+
+const webhookEvents: Record<string, { summary: string; payload: TSchema }> = {
+  artifact_generated: {
+    summary: 'An artifact was generated',
+    payload: Type.Object({ event_name: Type.Literal('artifact_generated'), event_data: generatedData }),
+  },
+  artifact_refined: {
+    summary: 'An artifact was refined',
+    payload: Type.Object({ event_name: Type.Literal('artifact_refined'), event_data: generatedData }),
+  },
+  artifact_generation_failed: {
+    summary: 'A fire-and-forget generation or refinement failed',
+    payload: Type.Object({
+      event_name: Type.Literal('artifact_generation_failed'),
+      event_data: Type.Object({
+        api_async_create_event_id: Type.String({ format: 'uuid' }),
+        project_id: Type.Integer(),
+        artifact_type_slug: Type.String(),
+      }),
+    }),
+  },
+};
+
+function messagesOf(prefix: string, events: Record<string, { summary: string; payload: TSchema }>) {
+  return Object.fromEntries(
+    Object.entries(events).map(([name, event]) => [
+      `${prefix}_${name}`,
+      {
+        name,
+        title: name,
+        summary: event.summary,
+        contentType: 'application/json',
+        payload: structuredClone(event.payload),
+      },
+    ]),
+  );
+}
+
+function channel(address: string, description: string, prefix: string, events: Record<string, unknown>) {
+  return {
+    address,
+    description,
+    messages: Object.fromEntries(
+      Object.keys(events).map((name) => [name, { $ref: `#/components/messages/${prefix}_${name}` }]),
+    ),
+  };
+}
+
+function receive(channelName: string, summary: string, events: Record<string, unknown>) {
+  return {
+    action: 'receive',
+    summary,
+    channel: { $ref: `#/channels/${channelName}` },
+    messages: Object.keys(events).map((name) => ({ $ref: `#/channels/${channelName}/messages/${name}` })),
+  };
+}
+
+/** AsyncAPI 3.0: every SSE event of chat and artifact streams and every webhook payload. */
+export function asyncApiDocument(publicBaseUrl: string) {
+  const url = new URL(publicBaseUrl);
+  return {
+    asyncapi: '3.0.0',
+    info: {
+      title: 'Scriptorium events',
+      version: '1.0.0',
+      description:
+        'Server-Sent Events of chat and artifact streams (each event: `event:`, `data:` and an `id:` sequence line) and webhook deliveries (Standard Webhooks signatures).',
+    },
+    defaultContentType: 'application/json',
+    servers: {
+      api: {
+        host: url.host,
+        protocol: url.protocol.replace(':', ''),
+        description: 'The Scriptorium service',
+      },
+    },
+    channels: {
+      chatStream: channel(
+        '/api/v2/chats/{chat_id}/stream',
+        'POST /api/v2/chats and POST /api/v2/chats/:id/messages with stream: true, and GET /api/v2/chats/:id/stream to reattach.',
+        'chat',
+        chatEvents,
+      ),
+      artifactStream: channel(
+        '/api/v1/artifact_types/{artifact_type_slug}/artifacts/stream',
+        'POST .../artifacts/stream and .../artifacts/:artifact_id/refine_stream.',
+        'artifact',
+        artifactEvents,
+      ),
+      webhooks: channel(
+        '/webhook-receiver',
+        "POSTed to each project webhook's URL; headers webhook-id, webhook-timestamp, webhook-signature.",
+        'webhook',
+        webhookEvents,
+      ),
+    },
+    operations: {
+      receiveChatEvents: receive('chatStream', 'Chat turn events, in order', chatEvents),
+      receiveArtifactEvents: receive(
+        'artifactStream',
+        'Artifact generation events, in order',
+        artifactEvents,
+      ),
+      receiveWebhooks: receive('webhooks', 'Webhook deliveries (at least once)', webhookEvents),
+    },
+    components: {
+      messages: {
+        ...messagesOf('chat', chatEvents),
+        ...messagesOf('artifact', artifactEvents),
+        ...messagesOf('webhook', webhookEvents),
+      },
+    },
+  };
+}
