@@ -1,9 +1,12 @@
 import { parseArgs } from 'node:util';
 import { eq } from 'drizzle-orm';
-import { ConfigError, loadConfig } from './config.js';
+import { buildApp } from './app.js';
+import { type Config, ConfigError, loadConfig } from './config.js';
 import { createSecretBox, resolveSecret } from './crypto/secret-box.js';
 import { type Database, migrateDatabase, openDatabase } from './db/client.js';
 import { organizations, users } from './db/schema/index.js';
+import { createJobQueue } from './jobs/queue.js';
+import { registerWorkers } from './jobs/workers.js';
 import type { KeyKind } from './modules/api-keys/secrets.js';
 import { insertApiKey } from './modules/api-keys/service.js';
 import { bootstrap, NotEmptyError } from './modules/bootstrap/service.js';
@@ -14,9 +17,36 @@ const USAGE = `Usage: npm run --silent cli -- <command>
   bootstrap [--json] [--email E] [--organization NAME]
                                            create the first organization, project and keys (empty database only)
   keys create --organization ID --kind organization|personal|super_admin [--user ID] [--name N] [--json]
-                                           create an API key and print it once`;
+                                           create an API key and print it once
+  worker                                   run background jobs only (no HTTP); stops on SIGTERM/SIGINT`;
 
 class UsageError extends Error {}
+
+/**
+ * A worker-only process: the same job handlers as the server, sharing the queue with every other
+ * process on the database. The app is built (never listening) for its logger and its handlers.
+ */
+async function runWorker(database: Database, config: Config): Promise<number> {
+  const secrets = createSecretBox(resolveSecret(config.secretKey, config.dataDir).secret);
+  const queueLog: { log?: { error(obj: object, msg: string): void } } = {};
+  const jobs = await createJobQueue(database, {
+    onError: (err) => queueLog.log?.error({ err }, 'background job queue error'),
+  });
+  const deps = { config, database, secrets, jobs };
+  const app = await buildApp(deps);
+  queueLog.log = app.log;
+  await registerWorkers(deps, app.log);
+  await jobs.start();
+  app.log.info('worker started: running background jobs');
+  const signal = await new Promise<string>((resolve) => {
+    process.once('SIGTERM', () => resolve('SIGTERM'));
+    process.once('SIGINT', () => resolve('SIGINT'));
+  });
+  app.log.info({ signal }, 'worker stopping: finishing running jobs');
+  await jobs.stop();
+  await app.close();
+  return 0;
+}
 
 function positiveInt(value: string | undefined, flag: string): number {
   if (value === undefined || !/^\d+$/.test(value) || Number(value) < 1)
@@ -98,6 +128,8 @@ async function run(argv: string[]): Promise<number> {
           );
         return 0;
       }
+      case 'worker':
+        return await runWorker(database, config);
       case 'keys':
         if (rest[0] !== 'create') throw new UsageError('keys supports: create');
         await createKey(database, rest.slice(1));

@@ -1,7 +1,10 @@
+import type { FastifyBaseLogger } from 'fastify';
 import { buildApp } from './app.js';
 import { ConfigError, loadConfig } from './config.js';
 import { createSecretBox, resolveSecret } from './crypto/secret-box.js';
 import { isEmpty, migrateDatabase, openDatabase } from './db/client.js';
+import { createJobQueue } from './jobs/queue.js';
+import { registerWorkers } from './jobs/workers.js';
 import { bootstrap, NotEmptyError } from './modules/bootstrap/service.js';
 
 async function main() {
@@ -9,8 +12,14 @@ async function main() {
   const database = await openDatabase(config);
   await migrateDatabase(database);
   const secret = resolveSecret(config.secretKey, config.dataDir);
-  const deps = { config, database, secrets: createSecretBox(secret.secret) };
+  // The queue exists before the app (it is one of the app's deps); it logs through the app's logger.
+  const queueLog: { log?: FastifyBaseLogger } = {};
+  const jobs = await createJobQueue(database, {
+    onError: (err) => queueLog.log?.error({ err }, 'background job queue error'),
+  });
+  const deps = { config, database, secrets: createSecretBox(secret.secret), jobs };
   const app = await buildApp(deps);
+  queueLog.log = app.log;
   if (secret.generated && database.kind === 'postgres') {
     app.log.warn(
       'SECRET_KEY is not set: using a key generated in DATA_DIR; set SECRET_KEY when several processes share the database',
@@ -38,12 +47,15 @@ async function main() {
     }, config.shutdownGraceMs);
     force.unref();
     await app.close();
+    await jobs.stop();
     await database.close();
     process.exit(0);
   };
   process.on('SIGTERM', () => void stop('SIGTERM'));
   process.on('SIGINT', () => void stop('SIGINT'));
 
+  await registerWorkers(deps, app.log);
+  await jobs.start();
   await app.listen({ port: config.port, host: config.host });
 }
 

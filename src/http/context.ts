@@ -2,6 +2,7 @@ import type { FastifyBaseLogger, FastifyRequest } from 'fastify';
 import type { Config } from '../config.js';
 import type { SecretBox } from '../crypto/secret-box.js';
 import type { Database, Db } from '../db/client.js';
+import type { JobQueue } from '../jobs/queue.js';
 import type { OrgPrincipal } from './auth.js';
 import { forbidden } from './errors.js';
 
@@ -10,6 +11,8 @@ export interface AppDeps {
   config: Config;
   database: Database;
   secrets: SecretBox;
+  /** Durable background jobs (pg-boss); started by main.ts and the worker. */
+  jobs: JobQueue;
 }
 
 declare module 'fastify' {

@@ -8,6 +8,8 @@ import { loadConfig } from '../../src/config.js';
 import { createSecretBox } from '../../src/crypto/secret-box.js';
 import { projectGroups, projects } from '../../src/db/schema/index.js';
 import type { AppDeps } from '../../src/http/context.js';
+import { createJobQueue } from '../../src/jobs/queue.js';
+import { registerWorkers } from '../../src/jobs/workers.js';
 import { type BootstrapResult, bootstrap } from '../../src/modules/bootstrap/service.js';
 import { createTestDatabase, type TestDatabase } from './database.js';
 
@@ -42,9 +44,17 @@ export async function buildTestApp(
 ): Promise<TestApp> {
   const config = loadConfig(testEnv(env));
   const db = testDb ?? (await createTestDatabase());
-  const deps: AppDeps = { config, database: db.database, secrets: createSecretBox(TEST_SECRET) };
+  // Short polling so background jobs start quickly; stopping waits little for running handlers.
+  const jobs = await createJobQueue(db.database, {
+    pollingIntervalSeconds: 0.5,
+    stopTimeoutMs: 2000,
+    onError: () => {},
+  });
+  const deps: AppDeps = { config, database: db.database, secrets: createSecretBox(TEST_SECRET), jobs };
   const app = await buildApp(deps, { logger: process.env.DEBUG_LOG ? { level: 'error' } : false });
   await app.ready();
+  await registerWorkers(deps, app.log, { outboxIntervalMs: 200 });
+  await jobs.start();
   const boot = await bootstrap(db.database, deps);
   return {
     app,
@@ -54,6 +64,7 @@ export async function buildTestApp(
     baseUrl: '',
     async close() {
       await app.close();
+      await jobs.stop();
       if (!testDb) await db.drop();
     },
   };

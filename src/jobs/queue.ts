@@ -1,0 +1,276 @@
+import PgBoss from 'pg-boss';
+import type { Database, Queryable } from '../db/client.js';
+
+/** The pg-boss schema in the service's database. */
+export const JOB_SCHEMA = 'pgboss';
+
+export interface SendOptions {
+  /** A transaction (or the db): the job row is inserted in it and commits with the caller's rows. */
+  db?: Queryable;
+  retryLimit?: number;
+  /** Seconds before the first retry. */
+  retryDelay?: number;
+  retryBackoff?: boolean;
+  /** Seconds from now, or a moment. */
+  startAfter?: number | Date;
+  singletonKey?: string;
+  /** How long an active job may run before it counts as failed (and is retried). */
+  expireInSeconds?: number;
+}
+
+export interface WorkOptions {
+  /** Jobs fetched per poll; they run concurrently and succeed or fail one by one. */
+  batchSize?: number;
+  pollingIntervalSeconds?: number;
+  /** Independent polling loops for this queue in this process (default 1). */
+  concurrency?: number;
+}
+
+export interface Job<T> {
+  id: string;
+  data: T;
+}
+
+export interface JobQueue {
+  /** Enqueue; pass `db` (a transaction) to insert the job in the caller's transaction. */
+  send(name: string, data: object, options?: SendOptions): Promise<string | null>;
+  work<T extends object>(
+    name: string,
+    handler: (job: Job<T>) => Promise<void>,
+    options?: WorkOptions,
+  ): Promise<void>;
+  /**
+   * A task this process runs every `intervalMs` between start() and stop() (never overlapping
+   * itself). Every process runs it, so it must be safe to run concurrently (e.g. SKIP LOCKED).
+   */
+  repeat(name: string, intervalMs: number, task: () => Promise<void>): void;
+  start(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export interface JobQueueOptions {
+  /** Default polling interval of workers (seconds, >= 0.5). */
+  pollingIntervalSeconds?: number;
+  /** How often expired active jobs (their process died) are failed into retry. */
+  maintenanceIntervalSeconds?: number;
+  /** How long stop() waits for running handlers before failing them back to the queue. */
+  stopTimeoutMs?: number;
+  /** Errors of the queue itself (polling, maintenance); handlers' errors fail their job instead. */
+  onError?: (err: unknown) => void;
+}
+
+interface Executor {
+  executeSql(text: string, values?: unknown[]): Promise<{ rows: any[] }>;
+}
+
+interface DriverClient {
+  query(text: string, values?: unknown[]): Promise<{ rows: any[] }>;
+  exec?(text: string): Promise<Array<{ rows: any[] }>>;
+}
+
+/**
+ * pg-boss sends its schema set-up as multi-statement text without values; PGlite runs that only
+ * through `exec`. Everything else is one parameterised statement.
+ */
+function executorOf(client: DriverClient): Executor {
+  return {
+    async executeSql(text, values) {
+      if ((!values || values.length === 0) && client.exec) {
+        const results = await client.exec(text);
+        return { rows: results.at(-1)?.rows ?? [] };
+      }
+      const result = await client.query(text, values as unknown[]);
+      return { rows: result.rows };
+    },
+  };
+}
+
+function baseExecutor(database: Database): Executor {
+  if (database.pglite) return executorOf(database.pglite as unknown as DriverClient);
+  return executorOf(database.pool as unknown as DriverClient);
+}
+
+/**
+ * The driver client behind a Drizzle handle: the PGlite transaction or the pooled pg client that
+ * a Drizzle transaction runs on (Drizzle's `execute` cannot take positional parameters).
+ */
+function executorFor(database: Database, db: Queryable | undefined): Executor {
+  if (!db || db === database.db) return baseExecutor(database);
+  const client = (db as unknown as { session?: { client?: DriverClient } }).session?.client;
+  if (!client || typeof client.query !== 'function') {
+    throw new Error('jobs.send: `db` must be the service database or one of its transactions');
+  }
+  return executorOf(client);
+}
+
+const DEFAULTS = {
+  retryLimit: 3,
+  retryDelay: 5,
+  retryBackoff: true,
+  expireInSeconds: 15 * 60,
+};
+
+/** Counts pg-boss's own statements so stop() can wait for the ones it fires without awaiting. */
+function trackedExecutor(inner: Executor) {
+  let inFlight = 0;
+  return {
+    async executeSql(text: string, values?: unknown[]) {
+      inFlight++;
+      try {
+        return await inner.executeSql(text, values);
+      } finally {
+        inFlight--;
+      }
+    },
+    async drain(timeoutMs: number) {
+      const deadline = Date.now() + timeoutMs;
+      while (inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+    },
+  };
+}
+
+function bossFor(executor: Executor, options: JobQueueOptions): PgBoss {
+  return new PgBoss({
+    db: executor as PgBoss.Db,
+    schema: JOB_SCHEMA,
+    // Cron schedules and state monitoring are unused; maintenance recovers jobs of dead processes.
+    schedule: false,
+    supervise: true,
+    migrate: true,
+    maintenanceIntervalSeconds: options.maintenanceIntervalSeconds ?? 60,
+    pollingIntervalSeconds: options.pollingIntervalSeconds ?? 1,
+    ...DEFAULTS,
+  });
+}
+
+/**
+ * Creates (or upgrades) the pg-boss schema. `start()` does it too; test templates call it once so
+ * each test database starts with the schema in place.
+ */
+export async function installJobSchema(database: Database): Promise<void> {
+  const executor = baseExecutor(database);
+  const { rows } = await executor.executeSql(
+    `SELECT to_regclass('${JOB_SCHEMA}.version') IS NOT NULL AS installed`,
+    [],
+  );
+  // An existing (possibly older) schema is left to start(), which migrates it.
+  if (rows[0]?.installed) return;
+  await executor.executeSql(PgBoss.getConstructionPlans(JOB_SCHEMA));
+}
+
+export async function createJobQueue(database: Database, options: JobQueueOptions = {}): Promise<JobQueue> {
+  const executor = trackedExecutor(baseExecutor(database));
+  const boss = bossFor(executor, options);
+  const onError = options.onError ?? ((err: unknown) => console.error('job queue error', err));
+  boss.on('error', onError);
+
+  let started = false;
+  let stopped = false;
+  const repeating: Array<{ name: string; intervalMs: number; task: () => Promise<void> }> = [];
+  const timers = new Set<NodeJS.Timeout>();
+  const runningTasks = new Set<Promise<void>>();
+
+  function schedule(entry: (typeof repeating)[number]) {
+    if (stopped) return;
+    const timer = setTimeout(() => {
+      timers.delete(timer);
+      const run = entry
+        .task()
+        .catch((err) =>
+          onError(Object.assign(err instanceof Error ? err : new Error(String(err)), { task: entry.name })),
+        )
+        .finally(() => {
+          runningTasks.delete(run);
+          schedule(entry);
+        });
+      runningTasks.add(run);
+    }, entry.intervalMs);
+    timers.add(timer);
+  }
+  const knownQueues = new Set<string>();
+  const pendingWork: Array<() => Promise<void>> = [];
+
+  async function ensureQueue(name: string, executor?: Executor): Promise<void> {
+    if (knownQueues.has(name)) return;
+    // create_queue is idempotent; inside a caller's transaction it commits (or not) with it,
+    // so only creations on the base connection are remembered.
+    await (executor ?? baseExecutor(database)).executeSql(`SELECT ${JOB_SCHEMA}.create_queue($1, $2)`, [
+      name,
+      JSON.stringify({ policy: 'standard' }),
+    ]);
+    if (!executor) knownQueues.add(name);
+  }
+
+  async function startWorkers<T extends object>(
+    name: string,
+    handler: (job: Job<T>) => Promise<void>,
+    workOptions: WorkOptions,
+  ) {
+    await ensureQueue(name);
+    const batchSize = workOptions.batchSize ?? 1;
+    const loops = Math.max(1, workOptions.concurrency ?? 1);
+    const bossOptions: PgBoss.WorkOptions = { batchSize };
+    if (workOptions.pollingIntervalSeconds !== undefined)
+      bossOptions.pollingIntervalSeconds = workOptions.pollingIntervalSeconds;
+    for (let i = 0; i < loops; i++) {
+      await boss.work<T>(name, bossOptions, async (jobs) => {
+        if (jobs.length === 1) {
+          await handler({ id: jobs[0].id, data: jobs[0].data });
+          return;
+        }
+        const results = await Promise.allSettled(jobs.map((job) => handler({ id: job.id, data: job.data })));
+        // pg-boss completes or fails a batch as a whole; failing the failed ones first keeps the
+        // rest completing (completion only touches jobs still active).
+        for (const [index, result] of results.entries()) {
+          if (result.status === 'rejected') {
+            const reason = result.reason;
+            await boss.fail(name, jobs[index].id, {
+              message: reason instanceof Error ? reason.message : String(reason),
+            });
+          }
+        }
+      });
+    }
+  }
+
+  return {
+    async send(name, data, sendOptions = {}) {
+      const { db, startAfter, ...rest } = sendOptions;
+      const executor = db && db !== database.db ? executorFor(database, db) : undefined;
+      await ensureQueue(name, executor);
+      const bossOptions: PgBoss.SendOptions = { ...rest };
+      if (startAfter !== undefined) bossOptions.startAfter = startAfter;
+      if (executor) bossOptions.db = executor as PgBoss.Db;
+      return boss.send(name, data, bossOptions);
+    },
+    async work(name, handler, workOptions = {}) {
+      const run = () => startWorkers(name, handler, workOptions);
+      if (started) await run();
+      else pendingWork.push(run);
+    },
+    repeat(name, intervalMs, task) {
+      const entry = { name, intervalMs, task };
+      repeating.push(entry);
+      if (started) schedule(entry);
+    },
+    async start() {
+      if (started || stopped) return;
+      await boss.start();
+      started = true;
+      for (const run of pendingWork.splice(0)) await run();
+      for (const entry of repeating) schedule(entry);
+    },
+    async stop() {
+      if (stopped) return;
+      stopped = true;
+      if (!started) return;
+      for (const timer of timers) clearTimeout(timer);
+      timers.clear();
+      await Promise.allSettled([...runningTasks]);
+      await boss.stop({ graceful: true, close: false, timeout: options.stopTimeoutMs ?? 10_000 });
+      // Completions are fired after a handler returns without being awaited by pg-boss.
+      await new Promise((r) => setImmediate(r));
+      await executor.drain(2000);
+    },
+  };
+}
