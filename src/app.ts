@@ -12,14 +12,17 @@ import { registerIdempotency } from './http/idempotency.js';
 import { validatorCompiler } from './http/validation.js';
 import { apiKeyRoutes } from './modules/api-keys/routes.js';
 import { hashKey } from './modules/api-keys/secrets.js';
+import { categoryRoutes } from './modules/categories/routes.js';
+import { groupRoutes } from './modules/groups/routes.js';
 import { registerMetrics } from './modules/operations/metrics.js';
 import { operationRoutes } from './modules/operations/routes.js';
 import { organizationRoutes } from './modules/organizations/routes.js';
+import { projectRoutes } from './modules/projects/routes.js';
 import { usageRoutes } from './modules/usage/routes.js';
 import { userRoutes } from './modules/users/routes.js';
 
 /** Route plugins of each API family, registered under its prefix. */
-const v1Modules = [organizationRoutes, userRoutes, apiKeyRoutes, usageRoutes];
+const v1Modules = [organizationRoutes, userRoutes, apiKeyRoutes, usageRoutes, groupRoutes, categoryRoutes, projectRoutes];
 const v2Modules: (typeof v1Modules)[number][] = [];
 
 export interface BuildOptions {

@@ -59,9 +59,15 @@ export const artifactTypes = pgTable(
     description: text('description').notNull().default(''),
     /** Kept for backwards compatibility (spec 9). */
     categoryId: integer('category_id').references(() => categories.id, { onDelete: 'set null' }),
+    /** Soft delete: artifacts keep their type; the slug becomes free for a new type. */
+    deletedAt: tstz('deleted_at'),
     ...timestamps,
   },
-  (t) => [uniqueIndex('artifact_types_org_slug_unique').on(t.organizationId, t.slug)],
+  (t) => [
+    uniqueIndex('artifact_types_org_slug_unique')
+      .on(t.organizationId, t.slug)
+      .where(sql`${t.deletedAt} is null`),
+  ],
 );
 
 export interface CustomVariable {
@@ -83,9 +89,15 @@ export const skills = pgTable(
     description: text('description').notNull().default(''),
     content: text('content').notNull(),
     customVariables: jsonb('custom_variables').$type<CustomVariable[]>().notNull().default([]),
+    /** Soft delete: artifacts generated from the skill keep their reference. */
+    deletedAt: tstz('deleted_at'),
     ...timestamps,
   },
-  (t) => [uniqueIndex('skills_org_slug_unique').on(t.organizationId, t.slug)],
+  (t) => [
+    uniqueIndex('skills_org_slug_unique')
+      .on(t.organizationId, t.slug)
+      .where(sql`${t.deletedAt} is null`),
+  ],
 );
 
 export const skillArtifactTypes = pgTable(
