@@ -19,8 +19,8 @@ function categoryVisibleTo(principal: OrgPrincipal): SQL {
   return and(
     inOrg,
     exists(
-      sql`select 1 from ${categoryGroups} join ${groupMembers} on ${groupMembers.groupId} = ${categoryGroups.groupId}
-          where ${categoryGroups.categoryId} = ${categories.id} and ${groupMembers.userId} = ${principal.userId ?? 0}`,
+      sql`(select 1 from ${categoryGroups} join ${groupMembers} on ${groupMembers.groupId} = ${categoryGroups.groupId}
+          where ${categoryGroups.categoryId} = ${categories.id} and ${groupMembers.userId} = ${principal.userId ?? 0})`,
     ),
   )!;
 }

@@ -14,9 +14,10 @@ export function projectVisibleTo(principal: OrgPrincipal): SQL {
 }
 
 export function sharesGroupWithUser(userId: number): SQL {
+  // Drizzle's exists() adds no parentheses around raw SQL; the subquery needs them.
   return exists(
-    sql`select 1 from ${projectGroups} join ${groupMembers} on ${groupMembers.groupId} = ${projectGroups.groupId}
-        where ${projectGroups.projectId} = ${projects.id} and ${groupMembers.userId} = ${userId}`,
+    sql`(select 1 from ${projectGroups} join ${groupMembers} on ${groupMembers.groupId} = ${projectGroups.groupId}
+        where ${projectGroups.projectId} = ${projects.id} and ${groupMembers.userId} = ${userId})`,
   );
 }
 
