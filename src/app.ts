@@ -11,6 +11,7 @@ import { ApiError, sendError } from './http/errors.js';
 import { registerIdempotency } from './http/idempotency.js';
 import { validatorCompiler } from './http/validation.js';
 import { apiKeyRoutes } from './modules/api-keys/routes.js';
+import { artifactRoutes } from './modules/artifacts/routes.js';
 import { hashKey } from './modules/api-keys/secrets.js';
 import { categoryRoutes } from './modules/categories/routes.js';
 import { groupRoutes } from './modules/groups/routes.js';
@@ -18,11 +19,12 @@ import { registerMetrics } from './modules/operations/metrics.js';
 import { operationRoutes } from './modules/operations/routes.js';
 import { organizationRoutes } from './modules/organizations/routes.js';
 import { projectRoutes } from './modules/projects/routes.js';
+import { shareRoutes } from './modules/share/routes.js';
 import { usageRoutes } from './modules/usage/routes.js';
 import { userRoutes } from './modules/users/routes.js';
 
 /** Route plugins of each API family, registered under its prefix. */
-const v1Modules = [organizationRoutes, userRoutes, apiKeyRoutes, usageRoutes, groupRoutes, categoryRoutes, projectRoutes];
+const v1Modules = [organizationRoutes, userRoutes, apiKeyRoutes, usageRoutes, groupRoutes, categoryRoutes, projectRoutes, artifactRoutes];
 const v2Modules: (typeof v1Modules)[number][] = [];
 
 export interface BuildOptions {
@@ -110,6 +112,7 @@ export async function buildApp(deps: AppDeps, options: BuildOptions = {}): Promi
   registerIdempotency(app, { lockMs: config.replyTimeoutMs + 60_000 });
 
   await app.register(operationRoutes(metrics));
+  await app.register(shareRoutes);
   await app.register(
     async (v1) => {
       for (const plugin of v1Modules) await v1.register(plugin);

@@ -1,0 +1,121 @@
+import type { LanguageModelV3 } from '@ai-sdk/provider';
+import { type ModelMessage, stepCountIs, streamText, type Tool } from 'ai';
+import type { ChatHistoryEntry } from '../../db/schema/index.js';
+import { ApiError } from '../../http/errors.js';
+import type { Usage } from '../credits/service.js';
+
+/** Enough steps for a few knowledge searches or tool calls before the document is written. */
+const MAX_STEPS = 6;
+const MAX_TOOL_CONTENT = 4000;
+
+export interface ModelRunRequest {
+  model: LanguageModelV3;
+  system: string;
+  messages: ModelMessage[];
+  tools: Record<string, Tool>;
+  timeoutMs: number;
+  onChunk?: (text: string) => void;
+  signal?: AbortSignal;
+}
+
+export interface ModelRunResult {
+  text: string;
+  /** Tool calls made while writing, in order, for the artifact's chat_history. */
+  toolEntries: ChatHistoryEntry[];
+  usage: Usage;
+}
+
+/**
+ * Streams one generation through the AI SDK (the same path for blocking and streaming callers):
+ * every text delta goes to `onChunk`, and the returned text is exactly their concatenation.
+ * A model failure, a broken stream or the reply timeout throws an ApiError (500).
+ */
+export async function runModel(request: ModelRunRequest): Promise<ModelRunResult> {
+  const timeout = AbortSignal.timeout(request.timeoutMs);
+  const signal = request.signal ? AbortSignal.any([request.signal, timeout]) : timeout;
+  const hasTools = Object.keys(request.tools).length > 0;
+  const result = streamText({
+    model: request.model,
+    system: request.system,
+    messages: request.messages,
+    ...(hasTools ? { tools: request.tools, stopWhen: stepCountIs(MAX_STEPS) } : {}),
+    abortSignal: signal,
+    // Errors arrive as `error` parts below; the default handler would only log them to the console.
+    onError: () => {},
+  });
+
+  let text = '';
+  const toolEntries: ChatHistoryEntry[] = [];
+  const parameters = new Map<string, unknown>();
+  let usage: Usage = { inputTokens: 0, outputTokens: 0 };
+  try {
+    for await (const part of result.fullStream) {
+      switch (part.type) {
+        case 'text-delta':
+          if (part.text === '') break;
+          text += part.text;
+          request.onChunk?.(part.text);
+          break;
+        case 'tool-call':
+          parameters.set(part.toolCallId, part.input);
+          break;
+        case 'tool-result':
+          toolEntries.push(toolEntry(part.toolName, part.toolCallId, part.input, part.output, null));
+          break;
+        case 'tool-error':
+          toolEntries.push(
+            toolEntry(part.toolName, part.toolCallId, part.input, null, errorMessage(part.error)),
+          );
+          break;
+        case 'error':
+          throw part.error;
+        case 'abort':
+          throw signal.reason ?? new Error('aborted');
+        case 'finish':
+          usage = {
+            inputTokens: part.totalUsage.inputTokens ?? 0,
+            outputTokens: part.totalUsage.outputTokens ?? 0,
+          };
+          break;
+      }
+    }
+  } catch (error) {
+    throw generationError(error, timeout.aborted);
+  }
+  if (text.trim() === '') {
+    throw new ApiError(500, 'generation_failed', 'The model returned no content for the artifact');
+  }
+  return { text, toolEntries, usage };
+}
+
+function toolEntry(
+  toolName: string,
+  toolCallId: string,
+  input: unknown,
+  output: unknown,
+  error: string | null,
+): ChatHistoryEntry {
+  const shown = error ?? (typeof output === 'string' ? output : JSON.stringify(output ?? null));
+  return {
+    role: 'tool',
+    content: shown.length > MAX_TOOL_CONTENT ? `${shown.slice(0, MAX_TOOL_CONTENT)}…` : shown,
+    tool_name: toolName,
+    tool_call_id: toolCallId,
+    parameters: input ?? {},
+    error,
+  };
+}
+
+function errorMessage(error: unknown): string {
+  if (error instanceof Error) return error.message;
+  return typeof error === 'string' ? error : JSON.stringify(error);
+}
+
+function generationError(error: unknown, timedOut: boolean): ApiError {
+  if (error instanceof ApiError) return error;
+  if (timedOut) {
+    return new ApiError(500, 'generation_timed_out', 'The model did not finish the artifact in time');
+  }
+  const reason = errorMessage(error).replace(/\s+/g, ' ').slice(0, 300);
+  return new ApiError(500, 'generation_failed', `The model failed while generating the artifact: ${reason}`);
+}

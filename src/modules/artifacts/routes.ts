@@ -1,0 +1,246 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import type { FastifyRequest } from 'fastify';
+import { contextOf } from '../../http/context.js';
+import { badRequest, errorBody, toApiError, unprocessable } from '../../http/errors.js';
+import { Message, V1Error, v1Responses } from '../../http/schemas.js';
+import { SseStream } from '../../http/sse.js';
+import {
+  type ArtifactResult,
+  type GenerateArtifactInput,
+  prepareGeneration,
+  prepareRefinement,
+  type RefineArtifactInput,
+  runGeneration,
+  runRefinement,
+} from './generation.js';
+import { presentArtifact, presentUsage } from './presenter.js';
+import {
+  ArtifactParams,
+  ArtifactResponse,
+  ArtifactTypeParams,
+  ArtifactWithUrlResponse,
+  GenerateBody,
+  ProjectQuery,
+  RefineBody,
+  type StreamGenerateBody,
+  StreamGenerateBody as StreamGenerateBodySchema,
+  UpdateArtifactBody,
+} from './schemas.js';
+import { deleteArtifact, getArtifact, updateArtifact } from './service.js';
+
+const tags = ['Artifacts'];
+const streamResponse = {
+  200: {
+    description:
+      'text/event-stream: `chunk` {content, done: false} events, then `done` {artifact_id, done: true}; a failure after the stream opened is an `error` event with the v1 error object',
+    content: { 'text/event-stream': { schema: { type: 'string' } } },
+  },
+};
+
+/** `skill_id`, or the deprecated `prompt_template_id` in its place (spec 9). */
+function skillIdOf(body: StreamGenerateBody): number {
+  const { skill_id: skillId, prompt_template_id: templateId } = body;
+  if (skillId !== undefined && templateId !== undefined && skillId !== templateId) {
+    throw unprocessable('skill_id and prompt_template_id name different skills', {
+      prompt_template_id: ['differs from skill_id; send only skill_id'],
+    });
+  }
+  const id = skillId ?? templateId;
+  if (id === undefined) throw unprocessable('skill_id is required', { skill_id: ['is required'] });
+  return id;
+}
+
+function generateInput(
+  params: ArtifactTypeParams,
+  query: ProjectQuery,
+  body: StreamGenerateBody,
+): GenerateArtifactInput {
+  return {
+    artifactTypeSlug: params.artifact_type_slug,
+    projectId: query.project_id,
+    skillId: skillIdOf(body),
+    inputs: body.inputs,
+    name: body.name ?? null,
+    modelConfigurationId: body.model_configuration_id ?? null,
+  };
+}
+
+/** Spec 7.2 names 400 for a missing refine prompt, so the route checks it rather than the schema (422). */
+function refineInput(params: ArtifactParams, body: RefineBody): RefineArtifactInput {
+  if (body.refine_prompt === undefined || body.refine_prompt.trim() === '') {
+    throw badRequest('refine_prompt is required and must not be empty', { refine_prompt: ['is required'] });
+  }
+  return {
+    artifactTypeSlug: params.artifact_type_slug,
+    artifactId: params.artifact_id,
+    refinePrompt: body.refine_prompt,
+    modelConfigurationId: body.model_configuration_id ?? null,
+  };
+}
+
+/**
+ * Runs accepted work behind an event stream. Everything checkable was checked before the stream
+ * opened (those failures are HTTP statuses); from here a failure is an `error` event, and since an
+ * artifact is only written once the model finished, nothing half-written is saved.
+ */
+async function streamWork(
+  request: FastifyRequest,
+  sse: SseStream,
+  work: (onChunk: (text: string) => void) => Promise<ArtifactResult>,
+) {
+  try {
+    const result = await work((content) => sse.send('chunk', { content, done: false }));
+    sse.send('done', { artifact_id: result.artifact.id, done: true });
+  } catch (error) {
+    const apiError = toApiError('v1', error);
+    if (apiError.status >= 500) request.log.error({ err: error }, 'artifact stream failed');
+    sse.send('error', errorBody('v1', apiError));
+  } finally {
+    sse.end();
+  }
+}
+
+export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  const present = (result: ArtifactResult) => {
+    const artifact = presentArtifact(app.deps.config, result.artifact);
+    return { artifact, url: artifact.url, usage: presentUsage(result.usage) };
+  };
+
+  app.post(
+    '/artifact_types/:artifact_type_slug/artifacts',
+    {
+      schema: {
+        tags,
+        summary: 'Generate an artifact (blocking)',
+        params: ArtifactTypeParams,
+        querystring: ProjectQuery,
+        body: GenerateBody,
+        response: v1Responses({ 201: ArtifactWithUrlResponse, 402: V1Error, 500: V1Error }),
+      },
+    },
+    async (request, reply) => {
+      const ctx = contextOf(request);
+      const prepared = await prepareGeneration(
+        ctx,
+        generateInput(request.params, request.query, request.body),
+      );
+      const result = await runGeneration(ctx, prepared, { families: app.deps.toolFamilies });
+      reply.status(201);
+      return present(result);
+    },
+  );
+
+  app.post(
+    '/artifact_types/:artifact_type_slug/artifacts/stream',
+    {
+      schema: {
+        tags,
+        summary: 'Generate an artifact (Server-Sent Events)',
+        params: ArtifactTypeParams,
+        querystring: ProjectQuery,
+        body: StreamGenerateBodySchema,
+        response: { ...v1Responses({ 402: V1Error, 500: V1Error }), ...streamResponse },
+      },
+    },
+    async (request, reply) => {
+      const ctx = contextOf(request);
+      const prepared = await prepareGeneration(
+        ctx,
+        generateInput(request.params, request.query, request.body),
+      );
+      // A client that leaves does not stop the work: the artifact is saved and `artifact_generated` recorded.
+      await streamWork(request, new SseStream(reply), (onChunk) =>
+        runGeneration(ctx, prepared, { onChunk, families: app.deps.toolFamilies }),
+      );
+    },
+  );
+
+  app.post(
+    '/artifact_types/:artifact_type_slug/artifacts/:artifact_id/refine',
+    {
+      schema: {
+        tags,
+        summary: 'Refine an artifact (blocking)',
+        params: ArtifactParams,
+        body: RefineBody,
+        response: v1Responses({ 200: ArtifactWithUrlResponse, 402: V1Error, 500: V1Error }),
+      },
+    },
+    async (request) => {
+      const ctx = contextOf(request);
+      const prepared = await prepareRefinement(ctx, refineInput(request.params, request.body));
+      return present(await runRefinement(ctx, prepared, { families: app.deps.toolFamilies }));
+    },
+  );
+
+  app.post(
+    '/artifact_types/:artifact_type_slug/artifacts/:artifact_id/refine_stream',
+    {
+      schema: {
+        tags,
+        summary: 'Refine an artifact (Server-Sent Events)',
+        params: ArtifactParams,
+        body: RefineBody,
+        response: { ...v1Responses({ 402: V1Error, 500: V1Error }), ...streamResponse },
+      },
+    },
+    async (request, reply) => {
+      const ctx = contextOf(request);
+      const prepared = await prepareRefinement(ctx, refineInput(request.params, request.body));
+      await streamWork(request, new SseStream(reply), (onChunk) =>
+        runRefinement(ctx, prepared, { onChunk, families: app.deps.toolFamilies }),
+      );
+    },
+  );
+
+  app.get(
+    '/artifact_types/:artifact_type_slug/artifacts/:artifact_id',
+    {
+      schema: {
+        tags,
+        summary: 'Get an artifact',
+        params: ArtifactParams,
+        response: v1Responses({ 200: ArtifactResponse }),
+      },
+    },
+    async (request) => {
+      const { artifact_type_slug: slug, artifact_id: id } = request.params;
+      return { artifact: presentArtifact(app.deps.config, await getArtifact(contextOf(request), slug, id)) };
+    },
+  );
+
+  app.put(
+    '/artifact_types/:artifact_type_slug/artifacts/:artifact_id',
+    {
+      schema: {
+        tags,
+        summary: 'Edit an artifact (manually_edited turns true when the content changes)',
+        params: ArtifactParams,
+        body: UpdateArtifactBody,
+        response: v1Responses({ 200: ArtifactResponse }),
+      },
+    },
+    async (request) => {
+      const { artifact_type_slug: slug, artifact_id: id } = request.params;
+      const artifact = await updateArtifact(contextOf(request), slug, id, request.body);
+      return { artifact: presentArtifact(app.deps.config, artifact) };
+    },
+  );
+
+  app.delete(
+    '/artifact_types/:artifact_type_slug/artifacts/:artifact_id',
+    {
+      schema: {
+        tags,
+        summary: 'Delete an artifact',
+        params: ArtifactParams,
+        response: v1Responses({ 200: Message }),
+      },
+    },
+    async (request) => {
+      const { artifact_type_slug: slug, artifact_id: id } = request.params;
+      await deleteArtifact(contextOf(request), slug, id);
+      return { message: 'Artifact deleted' };
+    },
+  );
+};

@@ -1,0 +1,50 @@
+import { eq, sql } from 'drizzle-orm';
+import { artifacts } from '../../db/schema/index.js';
+import type { ServiceContext } from '../../http/context.js';
+import { unprocessable } from '../../http/errors.js';
+import { type ArtifactRecord, findArtifact } from './lookup.js';
+
+export interface UpdateArtifactInput {
+  name?: string;
+  content?: string;
+  notes?: string | null;
+}
+
+export function getArtifact(ctx: ServiceContext, slug: string, artifactId: number): Promise<ArtifactRecord> {
+  return findArtifact(ctx, artifactId, slug);
+}
+
+/**
+ * A person's edit. `manually_edited` turns true when the content really changes and stays true;
+ * the next refinement shows the model the edited text.
+ */
+export async function updateArtifact(
+  ctx: ServiceContext,
+  slug: string,
+  artifactId: number,
+  input: UpdateArtifactInput,
+): Promise<ArtifactRecord> {
+  const artifact = await findArtifact(ctx, artifactId, slug);
+  if (input.name !== undefined && input.name.trim() === '') {
+    throw unprocessable('name must not be blank', { name: ['must not be blank'] });
+  }
+  const contentChanged = input.content !== undefined && input.content !== artifact.content;
+  const changes = {
+    ...(input.name !== undefined ? { name: input.name.trim() } : {}),
+    ...(input.content !== undefined ? { content: input.content } : {}),
+    ...(input.notes !== undefined ? { notes: input.notes } : {}),
+    ...(contentChanged ? { manuallyEdited: true } : {}),
+  };
+  if (Object.keys(changes).length > 0) {
+    await ctx.db
+      .update(artifacts)
+      .set({ ...changes, updatedAt: sql`now()` })
+      .where(eq(artifacts.id, artifact.id));
+  }
+  return findArtifact(ctx, artifactId, slug);
+}
+
+export async function deleteArtifact(ctx: ServiceContext, slug: string, artifactId: number): Promise<void> {
+  const artifact = await findArtifact(ctx, artifactId, slug);
+  await ctx.db.delete(artifacts).where(eq(artifacts.id, artifact.id));
+}

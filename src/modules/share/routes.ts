@@ -1,0 +1,43 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { Type } from '@sinclair/typebox';
+import { renderNotFoundPage, renderSharePage, SHARE_PAGE_CSP } from './render.js';
+import { findSharedArtifact } from './service.js';
+
+const ShareParams = Type.Object({ share_token: Type.String() });
+
+/** `GET /share/artifacts/:share_token`: public (the token is the secret), read-only HTML. */
+export const shareRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  app.get(
+    '/share/artifacts/:share_token',
+    {
+      config: { access: 'public' },
+      schema: {
+        tags: ['Share pages'],
+        summary: 'Public read-only page of an artifact (HTML)',
+        security: [],
+        params: ShareParams,
+        response: {
+          200: {
+            description: 'The artifact as an HTML page',
+            content: { 'text/html': { schema: { type: 'string' } } },
+          },
+          404: {
+            description: 'No shared artifact (unknown token or deleted)',
+            content: { 'text/html': { schema: { type: 'string' } } },
+          },
+        },
+      },
+    },
+    async (request, reply) => {
+      const artifact = await findSharedArtifact(app.deps.database.db, request.params.share_token);
+      reply
+        .header('content-security-policy', SHARE_PAGE_CSP)
+        .header('x-content-type-options', 'nosniff')
+        .header('referrer-policy', 'no-referrer')
+        .header('cache-control', 'no-store')
+        .type('text/html; charset=utf-8');
+      if (!artifact) return reply.status(404).send(renderNotFoundPage());
+      return reply.send(renderSharePage(artifact));
+    },
+  );
+};
