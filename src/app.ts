@@ -13,6 +13,7 @@ import { validatorCompiler } from './http/validation.js';
 import { apiKeyRoutes } from './modules/api-keys/routes.js';
 import { artifactRoutes } from './modules/artifacts/routes.js';
 import { hashKey } from './modules/api-keys/secrets.js';
+import { integrationRoutes } from './modules/integrations/routes.js';
 import { categoryRoutes } from './modules/categories/routes.js';
 import { groupRoutes } from './modules/groups/routes.js';
 import { registerMetrics } from './modules/operations/metrics.js';
@@ -24,7 +25,7 @@ import { usageRoutes } from './modules/usage/routes.js';
 import { userRoutes } from './modules/users/routes.js';
 
 /** Route plugins of each API family, registered under its prefix. */
-const v1Modules = [organizationRoutes, userRoutes, apiKeyRoutes, usageRoutes, groupRoutes, categoryRoutes, projectRoutes, artifactRoutes];
+const v1Modules = [organizationRoutes, userRoutes, apiKeyRoutes, usageRoutes, groupRoutes, categoryRoutes, projectRoutes, integrationRoutes, artifactRoutes];
 const v2Modules: (typeof v1Modules)[number][] = [];
 
 export interface BuildOptions {

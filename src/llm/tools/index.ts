@@ -1,4 +1,5 @@
 import { artifactTools } from './artifacts.js';
+import { integrationTools } from './integrations.js';
 import type { ToolFamilies } from './registry.js';
 import { skillTools } from './skills.js';
 
@@ -7,6 +8,7 @@ import { skillTools } from './skills.js';
  * in its own module and is added here.
  */
 export const toolFamilies: ToolFamilies = {
+  integrations: integrationTools,
   artifacts: artifactTools,
   skills: skillTools,
 };
