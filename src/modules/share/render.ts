@@ -11,7 +11,18 @@ const markdown = new Marked({ gfm: true, breaks: false, async: false });
  * forbids scripts as well, in case a sanitizer bug ever let one through.
  */
 const SANITIZE: sanitizeHtml.IOptions = {
-  allowedTags: [...sanitizeHtml.defaults.allowedTags, 'img', 'h1', 'h2', 'del', 's', 'ins', 'sup', 'sub'],
+  allowedTags: [
+    ...sanitizeHtml.defaults.allowedTags,
+    'img',
+    'h1',
+    'h2',
+    'del',
+    's',
+    'ins',
+    'sup',
+    'sub',
+    'input',
+  ],
   allowedAttributes: {
     // rel and target are set by transformTags below, never taken from the content.
     a: ['href', 'title', 'name', 'rel', 'target'],
@@ -20,6 +31,8 @@ const SANITIZE: sanitizeHtml.IOptions = {
     td: ['align', 'colspan', 'rowspan'],
     ol: ['start'],
     code: ['class'],
+    // GFM task lists; forced to disabled checkboxes below.
+    input: ['type', 'checked', 'disabled'],
   },
   allowedClasses: { code: [/^language-[\w-]+$/] },
   allowedSchemes: ['http', 'https', 'mailto'],
@@ -28,6 +41,10 @@ const SANITIZE: sanitizeHtml.IOptions = {
   disallowedTagsMode: 'escape',
   transformTags: {
     a: sanitizeHtml.simpleTransform('a', { rel: 'noopener noreferrer nofollow', target: '_blank' }),
+    input: (_tag, attribs) => ({
+      tagName: 'input',
+      attribs: { type: 'checkbox', disabled: '', ...('checked' in attribs ? { checked: '' } : {}) },
+    }),
   },
 };
 
