@@ -15,6 +15,7 @@ import { artifactRoutes } from './modules/artifacts/routes.js';
 import { hashKey } from './modules/api-keys/secrets.js';
 import { integrationRoutes } from './modules/integrations/routes.js';
 import { categoryRoutes } from './modules/categories/routes.js';
+import { chatRoutes } from './modules/chats/routes.js';
 import { groupRoutes } from './modules/groups/routes.js';
 import { registerMetrics } from './modules/operations/metrics.js';
 import { operationRoutes } from './modules/operations/routes.js';
@@ -26,7 +27,7 @@ import { userRoutes } from './modules/users/routes.js';
 
 /** Route plugins of each API family, registered under its prefix. */
 const v1Modules = [organizationRoutes, userRoutes, apiKeyRoutes, usageRoutes, groupRoutes, categoryRoutes, projectRoutes, integrationRoutes, artifactRoutes];
-const v2Modules: (typeof v1Modules)[number][] = [];
+const v2Modules: (typeof v1Modules)[number][] = [chatRoutes];
 
 export interface BuildOptions {
   logger?: FastifyServerOptions['logger'];

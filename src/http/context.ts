@@ -3,6 +3,9 @@ import type { Config } from '../config.js';
 import type { SecretBox } from '../crypto/secret-box.js';
 import type { Database, Db } from '../db/client.js';
 import type { JobQueue } from '../jobs/queue.js';
+import type { ToolFamilies } from '../llm/tools/registry.js';
+import type { TurnEventHub } from '../modules/chats/turn-events.js';
+import type { TurnSettings } from '../modules/chats/turn-runner.js';
 import type { OrgPrincipal } from './auth.js';
 import { forbidden } from './errors.js';
 
@@ -13,6 +16,12 @@ export interface AppDeps {
   secrets: SecretBox;
   /** Durable background jobs (pg-boss); started by main.ts and the worker. */
   jobs: JobQueue;
+  /** Tool families offered to chat turns; defaults to every family of src/llm/tools (tests pass their own). */
+  toolFamilies?: ToolFamilies;
+  /** Where chat turns publish their numbered events; defaults to an in-process hub per app. */
+  turnEvents?: TurnEventHub;
+  /** Chat turn timings (lease length, model idle limit, steps); tests shorten them. */
+  turnSettings?: Partial<TurnSettings>;
 }
 
 declare module 'fastify' {

@@ -5,3 +5,4 @@ export * from './artifacts.js';
 export * from './integrations.js';
 export * from './idempotency.js';
 export * from './documents.js';
+export * from './chats.js';

@@ -1,0 +1,42 @@
+import type { InferSelectModel } from 'drizzle-orm';
+import type { chatMessages, chats, toolExecutions } from '../../db/schema/index.js';
+import { formatTimestamp } from '../../http/timestamps.js';
+import type { ChatView, MessageView, ToolExecutionView } from './schemas.js';
+
+export type ChatRow = InferSelectModel<typeof chats>;
+export type MessageRow = InferSelectModel<typeof chatMessages>;
+export type ToolExecutionRow = InferSelectModel<typeof toolExecutions>;
+
+export const NEW_CHAT_TITLE = 'New chat';
+
+export function presentChat(row: ChatRow, messageCount?: number): ChatView {
+  return {
+    id: row.id,
+    title: row.title ?? NEW_CHAT_TITLE,
+    project_id: row.projectId,
+    model_configuration_id: row.modelConfigurationId,
+    agent_id: row.agentId,
+    created_at: formatTimestamp(row.createdAt),
+    ...(messageCount === undefined ? {} : { message_count: messageCount }),
+  };
+}
+
+export const presentToolExecution = (row: ToolExecutionRow): ToolExecutionView => ({
+  id: row.id,
+  tool_name: row.toolName,
+  tool_call_id: row.toolCallId,
+  status: row.status,
+  parameters: row.parameters,
+  result: row.result ?? null,
+  error: row.error ?? null,
+  execution_time_ms: row.executionTimeMs,
+});
+
+export const presentMessage = (row: MessageRow, executions: ToolExecutionRow[] = []): MessageView => ({
+  id: row.id,
+  role: row.role,
+  content: row.content,
+  model: row.role === 'user' ? null : row.model,
+  created_at: formatTimestamp(row.createdAt),
+  tool_executions: executions.map(presentToolExecution),
+});

@@ -1,0 +1,175 @@
+import { and, asc, count, desc, eq, inArray, isNull, sql } from 'drizzle-orm';
+import type { Queryable } from '../../db/client.js';
+import { chatMessages, chats, toolExecutions } from '../../db/schema/index.js';
+import type { OrgPrincipal } from '../../http/auth.js';
+import type { ServiceContext } from '../../http/context.js';
+import { notFound } from '../../http/errors.js';
+import { offsetOf, type PageQuery } from '../../http/pagination.js';
+import { chatModelConfiguration, modelForNewChat, usableAgent, usableProject } from './access.js';
+import { type ChatRow, type MessageRow, presentMessage, type ToolExecutionRow } from './presenter.js';
+import type { ChatListQuery, CreateChatBody, MessageView } from './schemas.js';
+import type { TurnPlan } from './turn-runner.js';
+
+const TITLE_MAX = 60;
+
+/** A chat's title from its first user message: one line, at most 60 characters, cut at a word. */
+export function titleFrom(content: string): string | null {
+  const line = content.replace(/\s+/g, ' ').trim();
+  if (!line) return null;
+  if (line.length <= TITLE_MAX) return line;
+  const cut = line.slice(0, TITLE_MAX - 1);
+  const space = cut.lastIndexOf(' ');
+  return `${(space > TITLE_MAX / 2 ? cut.slice(0, space) : cut).trimEnd()}…`;
+}
+
+/** Chats the calling key created: the one visibility rule of spec 1 and 5. */
+const ownedBy = (principal: OrgPrincipal) =>
+  and(
+    eq(chats.organizationId, principal.organizationId),
+    eq(chats.apiKeyId, principal.keyId),
+    isNull(chats.archivedAt),
+  );
+
+/** Only finished messages are history; a failed turn's messages are kept for audit, never shown. */
+const visibleMessage = eq(chatMessages.status, 'completed');
+
+export async function findChat(
+  ctx: Pick<ServiceContext, 'db' | 'principal'>,
+  chatId: number,
+): Promise<ChatRow> {
+  const [row] = await ctx.db
+    .select()
+    .from(chats)
+    .where(and(eq(chats.id, chatId), ownedBy(ctx.principal)));
+  if (!row) throw notFound('Chat');
+  return row;
+}
+
+export async function createChat(
+  ctx: ServiceContext,
+  body: CreateChatBody,
+): Promise<{ chat: ChatRow; plan: TurnPlan }> {
+  const { principal, db } = ctx;
+  const project = await usableProject(db, principal, body.project_id);
+  const agent = body.agent_id === undefined ? null : await usableAgent(db, principal, body.agent_id);
+  const model = await modelForNewChat(db, principal.organizationId, body.model_configuration_id, agent);
+  const [row] = await db
+    .insert(chats)
+    .values({
+      organizationId: principal.organizationId,
+      apiKeyId: principal.keyId,
+      userId: principal.kind === 'personal' ? principal.userId : null,
+      projectId: project.id,
+      agentId: agent?.id ?? null,
+      modelConfigurationId: model.id,
+      title: body.content === undefined ? null : titleFrom(body.content),
+    })
+    .returning();
+  return { chat: row, plan: { chat: row, project, agent, configuration: model } };
+}
+
+/**
+ * The checks before a message is accepted: the chat's project and agent must still be usable by
+ * the key (404/401, spec 5) and its pinned model must still exist.
+ */
+export async function prepareTurn(ctx: ServiceContext, chatId: number): Promise<TurnPlan> {
+  const chat = await findChat(ctx, chatId);
+  const project = await usableProject(ctx.db, ctx.principal, chat.projectId);
+  const agent = chat.agentId === null ? null : await usableAgent(ctx.db, ctx.principal, chat.agentId);
+  const configuration = await chatModelConfiguration(
+    ctx.db,
+    ctx.principal.organizationId,
+    chat.modelConfigurationId,
+  );
+  return { chat, project, agent, configuration };
+}
+
+export async function listChats(ctx: ServiceContext, query: ChatListQuery) {
+  const where = and(
+    ownedBy(ctx.principal),
+    query.project_id === undefined ? undefined : eq(chats.projectId, query.project_id),
+  );
+  const [rows, [{ total }]] = await Promise.all([
+    ctx.db
+      .select()
+      .from(chats)
+      .where(where)
+      .orderBy(desc(chats.createdAt), desc(chats.id))
+      .limit(query.page_size)
+      .offset(offsetOf(query)),
+    ctx.db.select({ total: count() }).from(chats).where(where),
+  ]);
+  return { rows, total };
+}
+
+export async function messageCount(db: Queryable, chatId: number): Promise<number> {
+  const [{ total }] = await db
+    .select({ total: count() })
+    .from(chatMessages)
+    .where(and(eq(chatMessages.chatId, chatId), visibleMessage));
+  return total;
+}
+
+export async function archiveChat(ctx: ServiceContext, chatId: number): Promise<void> {
+  const archived = await ctx.db
+    .update(chats)
+    .set({ archivedAt: sql`now()`, updatedAt: sql`now()` })
+    .where(and(eq(chats.id, chatId), ownedBy(ctx.principal)))
+    .returning({ id: chats.id });
+  if (archived.length === 0) throw notFound('Chat');
+}
+
+async function executionsOf(db: Queryable, messageIds: number[]): Promise<Map<number, ToolExecutionRow[]>> {
+  const byMessage = new Map<number, ToolExecutionRow[]>();
+  if (messageIds.length === 0) return byMessage;
+  const rows = await db
+    .select()
+    .from(toolExecutions)
+    .where(inArray(toolExecutions.messageId, messageIds))
+    .orderBy(asc(toolExecutions.id));
+  for (const row of rows) byMessage.set(row.messageId, [...(byMessage.get(row.messageId) ?? []), row]);
+  return byMessage;
+}
+
+export async function presentMessages(db: Queryable, rows: MessageRow[]): Promise<MessageView[]> {
+  const executions = await executionsOf(
+    db,
+    rows.map((r) => r.id),
+  );
+  return rows.map((row) => presentMessage(row, executions.get(row.id)));
+}
+
+export async function messageView(db: Queryable, messageId: number): Promise<MessageView> {
+  const [row] = await db.select().from(chatMessages).where(eq(chatMessages.id, messageId));
+  if (!row) throw notFound('Message');
+  const [view] = await presentMessages(db, [row]);
+  return view;
+}
+
+/** History, oldest first. */
+export async function listMessages(ctx: ServiceContext, chatId: number, query: PageQuery) {
+  await findChat(ctx, chatId);
+  const where = and(eq(chatMessages.chatId, chatId), visibleMessage);
+  const [rows, [{ total }]] = await Promise.all([
+    ctx.db
+      .select()
+      .from(chatMessages)
+      .where(where)
+      .orderBy(asc(chatMessages.id))
+      .limit(query.page_size)
+      .offset(offsetOf(query)),
+    ctx.db.select({ total: count() }).from(chatMessages).where(where),
+  ]);
+  return { messages: await presentMessages(ctx.db, rows), total };
+}
+
+/** The turns' view of the conversation so far: finished messages, oldest first, the newest `limit`. */
+export async function conversationOf(db: Queryable, chatId: number, limit: number): Promise<MessageRow[]> {
+  const rows = await db
+    .select()
+    .from(chatMessages)
+    .where(and(eq(chatMessages.chatId, chatId), visibleMessage))
+    .orderBy(desc(chatMessages.id))
+    .limit(limit);
+  return rows.reverse();
+}

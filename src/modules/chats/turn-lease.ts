@@ -1,0 +1,86 @@
+import { and, eq, inArray, lt, sql } from 'drizzle-orm';
+import type { Queryable } from '../../db/client.js';
+import { type ChatTurnStatus, chatMessages, chatTurns } from '../../db/schema/index.js';
+import { conflict } from '../../http/errors.js';
+
+/**
+ * The one-turn-per-chat rule (spec 8), held in the database so it spans processes: a `running`
+ * row in `chat_turns` (unique per chat) with an expiry the live turn keeps pushing forward. A
+ * process that dies stops renewing, and the next turn retires its row once the lease ran out.
+ */
+export async function acquireTurnLease(
+  tx: Queryable,
+  lease: { organizationId: number; chatId: number; leaseMs: number },
+): Promise<number> {
+  const stale = await tx
+    .update(chatTurns)
+    .set({ status: 'expired', finishedAt: sql`now()` })
+    .where(
+      and(
+        eq(chatTurns.chatId, lease.chatId),
+        eq(chatTurns.status, 'running'),
+        lt(chatTurns.leaseExpiresAt, sql`now()`),
+      ),
+    )
+    .returning({ userMessageId: chatTurns.userMessageId, assistantMessageId: chatTurns.assistantMessageId });
+  const orphans = stale.flatMap((t) => [t.userMessageId, t.assistantMessageId]).filter((id) => id !== null);
+  if (orphans.length > 0) {
+    // The dead process's reply never finished: keep its rows for audit, out of history.
+    await tx
+      .update(chatMessages)
+      .set({ status: 'failed', error: 'The turn was interrupted (its process stopped)' })
+      .where(inArray(chatMessages.id, orphans));
+  }
+
+  const [turn] = await tx
+    .insert(chatTurns)
+    .values({
+      organizationId: lease.organizationId,
+      chatId: lease.chatId,
+      status: 'running',
+      leaseExpiresAt: sql`now() + make_interval(secs => ${lease.leaseMs / 1000})`,
+    })
+    .onConflictDoNothing()
+    .returning({ id: chatTurns.id });
+  if (!turn)
+    throw conflict(
+      'Another message is being processed for this chat; wait for its reply, then send again',
+      'turn_in_progress',
+    );
+  return turn.id;
+}
+
+export async function renewTurnLease(db: Queryable, turnId: number, leaseMs: number): Promise<void> {
+  await db
+    .update(chatTurns)
+    .set({ leaseExpiresAt: sql`now() + make_interval(secs => ${leaseMs / 1000})` })
+    .where(and(eq(chatTurns.id, turnId), eq(chatTurns.status, 'running')));
+}
+
+export async function releaseTurnLease(
+  db: Queryable,
+  turnId: number,
+  status: Exclude<ChatTurnStatus, 'running' | 'expired'>,
+): Promise<void> {
+  await db
+    .update(chatTurns)
+    .set({ status, finishedAt: sql`now()` })
+    .where(and(eq(chatTurns.id, turnId), eq(chatTurns.status, 'running')));
+}
+
+/** Keeps a running turn's lease alive until stopped. */
+export function keepLeaseAlive(
+  db: Queryable,
+  turnId: number,
+  leaseMs: number,
+  onError: (err: unknown) => void,
+): () => void {
+  const timer = setInterval(
+    () => {
+      renewTurnLease(db, turnId, leaseMs).catch(onError);
+    },
+    Math.max(50, Math.floor(leaseMs / 3)),
+  );
+  timer.unref();
+  return () => clearInterval(timer);
+}

@@ -1,0 +1,532 @@
+import { APICallError, type LanguageModelV3 } from '@ai-sdk/provider';
+import { type ModelMessage, RetryError, stepCountIs, streamText, type Tool } from 'ai';
+import { eq, sql } from 'drizzle-orm';
+import type { FastifyBaseLogger } from 'fastify';
+import type { Database } from '../../db/client.js';
+import { type AgentTool, chatMessages, chats, chatTurns, toolExecutions } from '../../db/schema/index.js';
+import type { ServiceContext } from '../../http/context.js';
+import { ApiError, toApiError } from '../../http/errors.js';
+import { languageModelOf } from '../../llm/resolve-model.js';
+import { collectTools, type ToolFamilies, type ToolScope } from '../../llm/tools/registry.js';
+import { chargeUsage, ensureCredits, type Usage } from '../credits/service.js';
+import type { ProjectRow } from '../projects/access.js';
+import type { AgentRow, ModelConfigurationRow } from './access.js';
+import type { ChatRow } from './presenter.js';
+import type { ChatView, MessageView } from './schemas.js';
+import { conversationOf, messageView, titleFrom } from './service.js';
+import { buildSystemPrompt, expandSlashCommand, skillsOfAgent } from './system-prompt.js';
+import { type TurnEventHub, TurnPublisher } from './turn-events.js';
+import { acquireTurnLease, keepLeaseAlive, releaseTurnLease } from './turn-lease.js';
+
+export interface TurnSettings {
+  /** How long a turn's lease lasts without renewal (it is renewed every third of it). */
+  leaseMs: number;
+  /** A model silent this long (no stream part, no tool running) fails the turn. */
+  modelIdleMs: number;
+  /** Model calls per turn, tool round trips included. */
+  maxSteps: number;
+  /** Retries of a provider's 429 and 5xx answers per model call. */
+  maxRetries: number;
+  /** Finished messages of the chat sent to the model as context. */
+  historyLimit: number;
+}
+
+export const DEFAULT_TURN_SETTINGS: TurnSettings = {
+  leaseMs: 60_000,
+  modelIdleMs: 120_000,
+  maxSteps: 8,
+  maxRetries: 2,
+  historyLimit: 100,
+};
+
+/** Tools of a chat without an agent: the project's knowledge and its connected tool servers. */
+export const DEFAULT_CHAT_TOOLS: AgentTool[] = ['knowledge', 'integrations'];
+
+/** Everything a turn needs, checked before the request is accepted (404/401 come from here). */
+export interface TurnPlan {
+  chat: ChatRow;
+  project: ProjectRow;
+  agent: AgentRow | null;
+  configuration: ModelConfigurationRow;
+}
+
+export type TurnOutcome =
+  | { status: 'completed'; message: MessageView }
+  | { status: 'failed'; error: ApiError };
+
+export interface StartedTurn {
+  turnId: number;
+  userMessageId: number;
+  assistantMessageId: number;
+  /** Settles when the turn has written its result and published its last event; never rejects. */
+  outcome: Promise<TurnOutcome>;
+}
+
+export interface TurnOptions {
+  /** On POST /chats: the new chat, added to the `done` and `error` events (spec 6.1). */
+  announceChat?: ChatView;
+}
+
+class TurnFailure extends Error {
+  constructor(
+    message: string,
+    readonly code: string,
+    readonly cancelled = false,
+  ) {
+    super(message);
+  }
+}
+
+/**
+ * Runs chat turns detached from HTTP requests: a turn writes every result to the database and
+ * publishes numbered events, so a client that disconnects changes nothing.
+ */
+export class TurnRunner {
+  private readonly inFlight = new Set<Promise<TurnOutcome>>();
+  private readonly shutdown = new AbortController();
+
+  constructor(
+    private readonly deps: {
+      database: Database;
+      hub: TurnEventHub;
+      families: ToolFamilies;
+      settings: TurnSettings;
+      log: FastifyBaseLogger;
+    },
+  ) {}
+
+  /**
+   * Accepts a turn: credits (402), the chat's lease (409), then the user message and an assistant
+   * message in `generating` state, in one transaction. The reply then runs on its own.
+   */
+  async begin(
+    ctx: ServiceContext,
+    plan: TurnPlan,
+    content: string,
+    options: TurnOptions = {},
+  ): Promise<StartedTurn> {
+    const { principal } = ctx;
+    const { db } = this.deps.database;
+    await ensureCredits(db, principal.organizationId);
+    const skill = await expandSlashCommand(db, principal.organizationId, content);
+    const ids = await db.transaction(async (tx) => {
+      const turnId = await acquireTurnLease(tx, {
+        organizationId: principal.organizationId,
+        chatId: plan.chat.id,
+        leaseMs: this.deps.settings.leaseMs,
+      });
+      const [user] = await tx
+        .insert(chatMessages)
+        .values({
+          organizationId: principal.organizationId,
+          chatId: plan.chat.id,
+          role: 'user',
+          content,
+          prompt: skill?.prompt ?? null,
+          status: 'completed',
+          completedAt: sql`now()`,
+        })
+        .returning({ id: chatMessages.id });
+      const [assistant] = await tx
+        .insert(chatMessages)
+        .values({
+          organizationId: principal.organizationId,
+          chatId: plan.chat.id,
+          role: 'assistant',
+          model: plan.configuration.model,
+          modelConfigurationId: plan.configuration.id,
+          status: 'generating',
+        })
+        .returning({ id: chatMessages.id });
+      await tx
+        .update(chatTurns)
+        .set({ userMessageId: user.id, assistantMessageId: assistant.id })
+        .where(eq(chatTurns.id, turnId));
+      await tx
+        .update(chats)
+        .set({ updatedAt: sql`now()`, title: sql`coalesce(${chats.title}, ${titleFrom(content)})` })
+        .where(eq(chats.id, plan.chat.id));
+      return { turnId, userMessageId: user.id, assistantMessageId: assistant.id };
+    });
+
+    const outcome = this.run(ctx, plan, ids, options);
+    this.inFlight.add(outcome);
+    void outcome.finally(() => this.inFlight.delete(outcome));
+    return { ...ids, outcome };
+  }
+
+  /** Lets running turns finish for up to `graceMs`, then cancels the rest and waits for them to record it. */
+  async close(graceMs: number): Promise<void> {
+    if (this.inFlight.size === 0) return;
+    let timer: NodeJS.Timeout | undefined;
+    const graceOver = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, graceMs);
+    });
+    await Promise.race([Promise.allSettled([...this.inFlight]), graceOver]);
+    clearTimeout(timer);
+    if (this.inFlight.size === 0) return;
+    this.shutdown.abort(
+      new TurnFailure('The server shut down before the reply finished', 'turn_cancelled', true),
+    );
+    await Promise.allSettled([...this.inFlight]);
+  }
+
+  private async run(
+    ctx: ServiceContext,
+    plan: TurnPlan,
+    ids: { turnId: number; userMessageId: number; assistantMessageId: number },
+    options: TurnOptions,
+  ): Promise<TurnOutcome> {
+    const { database, settings, hub } = this.deps;
+    const db = database.db;
+    const log = ctx.log.child({ chatId: plan.chat.id, turnId: ids.turnId });
+    const publisher = new TurnPublisher(hub, ids.turnId);
+    const publish: TurnPublisher['publish'] = (event) =>
+      publisher
+        .publish(event)
+        .catch((err) => log.error({ err, event: event.name }, 'could not publish a turn event'));
+    const stopLease = keepLeaseAlive(db, ids.turnId, settings.leaseMs, (err) =>
+      log.warn({ err }, 'could not renew the turn lease'),
+    );
+    const abort = new AbortController();
+    const onShutdown = () => abort.abort(this.shutdown.signal.reason);
+    this.shutdown.signal.addEventListener('abort', onShutdown, { once: true });
+    const watchdog = new IdleWatchdog(settings.modelIdleMs, () =>
+      abort.abort(
+        new TurnFailure(
+          `The model did not respond for ${Math.round(settings.modelIdleMs / 1000)} s`,
+          'model_timeout',
+        ),
+      ),
+    );
+
+    let text = '';
+    const usage: Usage = { inputTokens: 0, outputTokens: 0 };
+    try {
+      const stream = await this.startModel(ctx, plan, abort.signal, watchdog);
+      let failure: unknown = null;
+      try {
+        for await (const part of stream.fullStream) {
+          watchdog.touch();
+          if (part.type === 'text-delta') {
+            if (!part.text) continue;
+            text += part.text;
+            await publish({ name: 'content', data: { content: part.text } });
+          } else if (part.type === 'tool-call') {
+            await publish({
+              name: 'tool_start',
+              data: {
+                tool_call_id: part.toolCallId,
+                tool_name: part.toolName,
+                parameters: asParameters(part.input),
+              },
+            });
+          } else if (part.type === 'tool-result' || part.type === 'tool-error') {
+            if (part.type === 'tool-result' && part.preliminary) continue;
+            const data = await this.recordToolExecution(ctx, ids.assistantMessageId, part, watchdog);
+            await publish({ name: 'tool_result', data });
+          } else if (part.type === 'finish-step') {
+            usage.inputTokens += part.usage.inputTokens ?? 0;
+            usage.outputTokens += part.usage.outputTokens ?? 0;
+          } else if (part.type === 'error') {
+            failure = part.error;
+            break;
+          } else if (part.type === 'abort') {
+            failure = abort.signal.reason ?? new TurnFailure('The reply was aborted', 'model_error');
+            break;
+          }
+        }
+      } catch (err) {
+        failure = abort.signal.aborted ? abort.signal.reason : err;
+      }
+      if (failure !== null) throw failure;
+      if (abort.signal.aborted) throw abort.signal.reason;
+      const total = await Promise.resolve(stream.totalUsage).catch(() => null);
+      if (total) {
+        usage.inputTokens = total.inputTokens ?? usage.inputTokens;
+        usage.outputTokens = total.outputTokens ?? usage.outputTokens;
+      }
+
+      await db.transaction(async (tx) => {
+        const credits = await chargeUsage(tx, this.chargeOf(ctx, plan, ids.assistantMessageId, usage));
+        await tx
+          .update(chatMessages)
+          .set({
+            content: text,
+            status: 'completed',
+            inputTokens: usage.inputTokens,
+            outputTokens: usage.outputTokens,
+            credits,
+            // A reply is created when it is complete; history order stays by id.
+            createdAt: sql`now()`,
+            completedAt: sql`now()`,
+          })
+          .where(eq(chatMessages.id, ids.assistantMessageId));
+        await releaseTurnLease(tx, ids.turnId, 'completed');
+      });
+      const message = await messageView(db, ids.assistantMessageId);
+      await publish({
+        name: 'done',
+        data: options.announceChat ? { message, chat: options.announceChat } : { message },
+      });
+      return { status: 'completed', message };
+    } catch (err) {
+      const failure = describeFailure(err);
+      log[failure.cancelled ? 'warn' : 'error']({ err }, 'chat turn failed');
+      await this.recordFailure(ctx, plan, ids, text, usage, failure).catch((recordErr) =>
+        log.error({ err: recordErr }, 'could not record the failed turn'),
+      );
+      const error = new ApiError(500, failure.code, failure.message);
+      await publish({
+        name: 'error',
+        data: {
+          message: error.message,
+          code: error.status,
+          ...(options.announceChat ? { chat: options.announceChat } : {}),
+        },
+      });
+      return { status: 'failed', error };
+    } finally {
+      watchdog.stop();
+      stopLease();
+      this.shutdown.signal.removeEventListener('abort', onShutdown);
+    }
+  }
+
+  private async startModel(ctx: ServiceContext, plan: TurnPlan, signal: AbortSignal, watchdog: IdleWatchdog) {
+    const { database, families, settings } = this.deps;
+    const db = database.db;
+    const model: LanguageModelV3 = languageModelOf(ctx, plan.configuration);
+    const scope: ToolScope = {
+      ctx,
+      projectId: plan.project.id,
+      chatId: plan.chat.id,
+      agentId: plan.agent?.id ?? null,
+      signal,
+    };
+    const toolSet = await collectTools(families, plan.agent ? plan.agent.tools : DEFAULT_CHAT_TOOLS, scope);
+    const system = buildSystemPrompt({
+      project: plan.project,
+      agent: plan.agent,
+      skills: plan.agent ? await skillsOfAgent(db, plan.agent.id) : [],
+      toolNotes: toolSet.notes,
+    });
+    const history = await conversationOf(db, plan.chat.id, settings.historyLimit);
+    const messages: ModelMessage[] = history
+      .map((m) => ({ role: m.role, content: m.prompt ?? m.content }))
+      .filter((m) => m.content.length > 0);
+    watchdog.start();
+    return streamText({
+      model,
+      system,
+      messages,
+      tools: pausingWatchdog(toolSet.tools, watchdog),
+      stopWhen: stepCountIs(settings.maxSteps),
+      maxRetries: settings.maxRetries,
+      abortSignal: signal,
+    });
+  }
+
+  private async recordToolExecution(
+    ctx: ServiceContext,
+    messageId: number,
+    part: {
+      type: 'tool-result' | 'tool-error';
+      toolCallId: string;
+      toolName: string;
+      input: unknown;
+      output?: unknown;
+      error?: unknown;
+    },
+    watchdog: IdleWatchdog,
+  ) {
+    const failed = part.type === 'tool-error';
+    const result = failed ? null : toJson(part.output);
+    const error = failed ? { message: errorMessage(part.error) } : null;
+    const executionTimeMs = watchdog.takeToolTime(part.toolCallId);
+    await this.deps.database.db.insert(toolExecutions).values({
+      organizationId: ctx.principal.organizationId,
+      messageId,
+      toolName: part.toolName,
+      toolCallId: part.toolCallId,
+      status: failed ? 'failed' : 'completed',
+      parameters: asParameters(part.input),
+      result,
+      error,
+      executionTimeMs,
+    });
+    return {
+      tool_call_id: part.toolCallId,
+      tool_name: part.toolName,
+      result,
+      error,
+      execution_time_ms: executionTimeMs,
+    };
+  }
+
+  private chargeOf(ctx: ServiceContext, plan: TurnPlan, messageId: number, usage: Usage) {
+    return {
+      organizationId: ctx.principal.organizationId,
+      projectId: plan.project.id,
+      apiKeyId: ctx.principal.keyId,
+      modelConfigurationId: plan.configuration.id,
+      usage,
+      prices: {
+        creditsPer1kInputTokens: Number(plan.configuration.creditsPer1kInputTokens),
+        creditsPer1kOutputTokens: Number(plan.configuration.creditsPer1kOutputTokens),
+      },
+      reference: `message:${messageId}`,
+    };
+  }
+
+  /** The failed reply stays for audit (with what it cost); both messages leave the history. */
+  private async recordFailure(
+    ctx: ServiceContext,
+    plan: TurnPlan,
+    ids: { turnId: number; userMessageId: number; assistantMessageId: number },
+    text: string,
+    usage: Usage,
+    failure: TurnFailure,
+  ): Promise<void> {
+    const status = failure.cancelled ? 'cancelled' : 'failed';
+    await this.deps.database.db.transaction(async (tx) => {
+      const spent = usage.inputTokens > 0 || usage.outputTokens > 0;
+      const credits = spent
+        ? await chargeUsage(tx, this.chargeOf(ctx, plan, ids.assistantMessageId, usage))
+        : 0;
+      await tx
+        .update(chatMessages)
+        .set({
+          content: text,
+          status,
+          error: failure.message,
+          inputTokens: usage.inputTokens,
+          outputTokens: usage.outputTokens,
+          credits,
+          completedAt: sql`now()`,
+        })
+        .where(eq(chatMessages.id, ids.assistantMessageId));
+      await tx.update(chatMessages).set({ status }).where(eq(chatMessages.id, ids.userMessageId));
+      await releaseTurnLease(tx, ids.turnId, status);
+    });
+  }
+}
+
+/** Fails a turn whose model stays silent; paused while tools run (they have their own limits). */
+class IdleWatchdog {
+  private timer: NodeJS.Timeout | undefined;
+  private toolsRunning = 0;
+  private stopped = false;
+  private readonly toolStarts = new Map<string, number>();
+  private readonly toolTimes = new Map<string, number>();
+
+  constructor(
+    private readonly idleMs: number,
+    private readonly onIdle: () => void,
+  ) {}
+
+  start(): void {
+    this.touch();
+  }
+
+  touch(): void {
+    clearTimeout(this.timer);
+    if (this.stopped || this.toolsRunning > 0) return;
+    this.timer = setTimeout(this.onIdle, this.idleMs);
+    this.timer.unref();
+  }
+
+  toolStarted(toolCallId: string): void {
+    this.toolsRunning += 1;
+    this.toolStarts.set(toolCallId, performance.now());
+    clearTimeout(this.timer);
+  }
+
+  toolFinished(toolCallId: string): void {
+    this.toolsRunning = Math.max(0, this.toolsRunning - 1);
+    const started = this.toolStarts.get(toolCallId);
+    if (started !== undefined) this.toolTimes.set(toolCallId, Math.round(performance.now() - started));
+    this.touch();
+  }
+
+  /** The measured run time of a tool call (0 when it never ran, e.g. invalid input). */
+  takeToolTime(toolCallId: string): number {
+    const ms = this.toolTimes.get(toolCallId) ?? 0;
+    this.toolTimes.delete(toolCallId);
+    this.toolStarts.delete(toolCallId);
+    return ms;
+  }
+
+  stop(): void {
+    this.stopped = true;
+    clearTimeout(this.timer);
+  }
+}
+
+/** Wraps each tool so its run time is measured and the idle watchdog waits for it. */
+function pausingWatchdog(tools: Record<string, Tool>, watchdog: IdleWatchdog): Record<string, Tool> {
+  const wrapped: Record<string, Tool> = {};
+  for (const [name, tool] of Object.entries(tools)) {
+    const execute = tool.execute;
+    wrapped[name] = execute
+      ? {
+          ...tool,
+          execute: async (input: unknown, options: { toolCallId: string }) => {
+            watchdog.toolStarted(options.toolCallId);
+            try {
+              return await execute.call(tool, input, options as never);
+            } finally {
+              watchdog.toolFinished(options.toolCallId);
+            }
+          },
+        }
+      : tool;
+  }
+  return wrapped;
+}
+
+function describeFailure(err: unknown): TurnFailure {
+  if (err instanceof TurnFailure) return err;
+  if (RetryError.isInstance(err)) {
+    const last = err.lastError;
+    return new TurnFailure(
+      `The model provider kept failing (${err.errors.length} attempts): ${providerMessage(last)}`,
+      'model_error',
+    );
+  }
+  if (APICallError.isInstance(err))
+    return new TurnFailure(`The model provider failed: ${providerMessage(err)}`, 'model_error');
+  if (err instanceof ApiError) return new TurnFailure(err.message, err.code);
+  const apiError = toApiError('v2', err);
+  if (apiError.status !== 500) return new TurnFailure(apiError.message, apiError.code);
+  return new TurnFailure(`The model failed while generating the reply: ${errorMessage(err)}`, 'model_error');
+}
+
+function providerMessage(err: unknown): string {
+  if (APICallError.isInstance(err)) {
+    return err.statusCode ? `HTTP ${err.statusCode}: ${err.message}` : err.message;
+  }
+  return errorMessage(err);
+}
+
+function errorMessage(err: unknown): string {
+  if (err instanceof Error) return err.message || err.name;
+  return typeof err === 'string' ? err : (JSON.stringify(err) ?? 'unknown error');
+}
+
+/** Spec 2: `parameters` is an object; input the model sent in another shape is kept under `input`. */
+function asParameters(input: unknown): Record<string, unknown> {
+  if (input !== null && typeof input === 'object' && !Array.isArray(input))
+    return toJson(input) as Record<string, unknown>;
+  return input === undefined ? {} : { input: toJson(input) };
+}
+
+/** What JSON (the database and the event stream) keeps of a value, so both show the same thing. */
+function toJson(value: unknown): unknown {
+  if (value === undefined) return null;
+  try {
+    return JSON.parse(JSON.stringify(value)) ?? null;
+  } catch {
+    return String(value);
+  }
+}

@@ -1,0 +1,234 @@
+/** Shared set-up of the chat tests: an app with chosen tool families, model rows, SSE over real HTTP. */
+import { tool } from 'ai';
+import { eq } from 'drizzle-orm';
+import { createParser } from 'eventsource-parser';
+import type { FastifyInstance } from 'fastify';
+import { expect } from 'vitest';
+import { z } from 'zod';
+import { buildApp } from '../src/app.js';
+import { modelConfigurations, organizations } from '../src/db/schema/index.js';
+import type { AppDeps } from '../src/http/context.js';
+import type { ToolFamilies, ToolScope } from '../src/llm/tools/registry.js';
+import { buildTestApp, type TestApp } from './helpers/app.js';
+
+export interface ChatTestApp extends TestApp {
+  /** Closes the chat app and, when it owns them, the base app and database. */
+  close(): Promise<void>;
+}
+
+/**
+ * The real app with test seams set (tool families, turn timings), listening on loopback. The base
+ * test app (bootstrapped database) is built first; the chat app shares its dependencies.
+ */
+export async function startChatApp(
+  options: {
+    env?: Record<string, string>;
+    deps?: Partial<Pick<AppDeps, 'toolFamilies' | 'turnSettings' | 'turnEvents'>>;
+  } = {},
+): Promise<ChatTestApp> {
+  const base = await buildTestApp(options.env ?? {});
+  const app = await buildApp(
+    { toolFamilies: {}, ...base.deps, ...options.deps },
+    { logger: process.env.DEBUG_LOG ? { level: 'error' } : false },
+  );
+  const baseUrl = await app.listen({ port: 0, host: '127.0.0.1' });
+  return {
+    ...base,
+    app,
+    baseUrl,
+    async close() {
+      await app.close();
+      await base.close();
+    },
+  };
+}
+
+/** A second app on the same database (a second process would share it the same way). */
+export async function startSibling(
+  t: TestApp,
+  deps: Partial<AppDeps> = {},
+): Promise<{ app: FastifyInstance; baseUrl: string; api: TestApp }> {
+  const app = await buildApp({ toolFamilies: {}, ...t.deps, ...deps }, { logger: false });
+  const baseUrl = await app.listen({ port: 0, host: '127.0.0.1' });
+  return { app, baseUrl, api: { ...t, app, baseUrl } };
+}
+
+/** A model configuration row pointing at a test model server (the management API is another module's). */
+export async function addModel(
+  t: TestApp,
+  organizationId: number,
+  options: {
+    baseUrl: string;
+    model?: string;
+    provider?: 'openai-compatible' | 'anthropic';
+    input?: number;
+    output?: number;
+    makeDefault?: boolean;
+  },
+): Promise<number> {
+  const [row] = await t.deps.database.db
+    .insert(modelConfigurations)
+    .values({
+      organizationId,
+      name: `Test ${options.model ?? 'fake-model'}`,
+      provider: options.provider ?? 'openai-compatible',
+      model: options.model ?? 'fake-model',
+      baseUrl: options.baseUrl,
+      creditsPer1kInputTokens: options.input ?? 0,
+      creditsPer1kOutputTokens: options.output ?? 0,
+    })
+    .returning({ id: modelConfigurations.id });
+  if (options.makeDefault) {
+    await t.deps.database.db
+      .update(organizations)
+      .set({ defaultModelConfigurationId: row.id })
+      .where(eq(organizations.id, organizationId));
+  }
+  return row.id;
+}
+
+export async function balanceOf(t: TestApp, organizationId: number): Promise<number> {
+  const [row] = await t.deps.database.db
+    .select({ balance: organizations.creditBalance })
+    .from(organizations)
+    .where(eq(organizations.id, organizationId));
+  return Number(row.balance);
+}
+
+export interface SseEvent {
+  event: string;
+  data: any;
+}
+
+export interface SseResponse {
+  status: number;
+  headers: Headers;
+  /** Raw text, for asserting the wire format. */
+  text: string;
+  events: SseEvent[];
+  /** A JSON body when the answer was not a stream (request-check refusals). */
+  body: any;
+}
+
+/**
+ * POSTs over real HTTP and reads the event stream with eventsource-parser. `until` stops reading
+ * (and disconnects) as soon as it returns true for the events so far.
+ */
+export async function postStream(
+  baseUrl: string,
+  path: string,
+  key: string,
+  body: unknown,
+  options: { until?: (events: SseEvent[]) => boolean } = {},
+): Promise<SseResponse> {
+  const controller = new AbortController();
+  const res = await fetch(`${baseUrl}${path}`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+    signal: controller.signal,
+  });
+  if (!String(res.headers.get('content-type')).startsWith('text/event-stream')) {
+    const text = await res.text();
+    return {
+      status: res.status,
+      headers: res.headers,
+      text,
+      events: [],
+      body: text ? JSON.parse(text) : null,
+    };
+  }
+  const events: SseEvent[] = [];
+  let text = '';
+  const parser = createParser({
+    onEvent: (message) => events.push({ event: message.event ?? 'message', data: JSON.parse(message.data) }),
+  });
+  const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += value;
+      parser.feed(value);
+      if (options.until?.(events)) {
+        controller.abort();
+        break;
+      }
+    }
+  } catch (err) {
+    if (!controller.signal.aborted) throw err;
+  }
+  return { status: res.status, headers: res.headers, text, events, body: null };
+}
+
+export const eventNames = (events: SseEvent[]) => events.map((e) => e.event);
+export const streamedText = (events: SseEvent[]) =>
+  events
+    .filter((e) => e.event === 'content')
+    .map((e) => e.data.content as string)
+    .join('');
+
+/** Polls until `check` passes (detached turns finish after the response). */
+export async function eventually<T>(check: () => Promise<T>, timeoutMs = 5000): Promise<T> {
+  const started = Date.now();
+  for (;;) {
+    try {
+      return await check();
+    } catch (err) {
+      if (Date.now() - started > timeoutMs) throw err;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  }
+}
+
+export interface RecordedToolCall {
+  query: string;
+  scope: Pick<ToolScope, 'projectId' | 'chatId' | 'agentId'>;
+}
+
+/**
+ * A `knowledge` family with the tool the built-in model uses (`knowledge_search`): passages about
+ * the handbook, and a failure for the query `explode`.
+ */
+export function testKnowledgeFamily(calls: RecordedToolCall[] = []): ToolFamilies {
+  return {
+    knowledge: async (scope) => ({
+      tools: {
+        knowledge_search: tool({
+          description: 'Search the project knowledge base',
+          inputSchema: z.object({ query: z.string() }),
+          execute: async ({ query }) => {
+            calls.push({
+              query,
+              scope: { projectId: scope.projectId, chatId: scope.chatId, agentId: scope.agentId },
+            });
+            if (query.includes('explode')) throw new Error('The search index is offline');
+            return {
+              passages: [
+                {
+                  document_id: 7,
+                  document_name: 'Handbook.pdf',
+                  position: 0,
+                  score: 0.9,
+                  text: 'Holidays are requested through the HR portal.',
+                },
+              ],
+            };
+          },
+        }),
+      },
+      notes: ['The knowledge base holds the company handbook.'],
+    }),
+  };
+}
+
+export function expectMessageShape(message: any, role: 'user' | 'assistant') {
+  expect(message).toEqual({
+    id: expect.any(Number),
+    role,
+    content: expect.any(String),
+    model: role === 'user' ? null : expect.any(String),
+    created_at: expect.stringMatching(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/),
+    tool_executions: expect.any(Array),
+  });
+}
