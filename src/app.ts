@@ -11,6 +11,7 @@ import { ApiError, sendError } from './http/errors.js';
 import { registerIdempotency } from './http/idempotency.js';
 import { validatorCompiler } from './http/validation.js';
 import { apiKeyRoutes } from './modules/api-keys/routes.js';
+import { artifactTypeRoutes } from './modules/artifact-types/routes.js';
 import { artifactRoutes } from './modules/artifacts/routes.js';
 import { hashKey } from './modules/api-keys/secrets.js';
 import { integrationRoutes } from './modules/integrations/routes.js';
@@ -22,11 +23,12 @@ import { operationRoutes } from './modules/operations/routes.js';
 import { organizationRoutes } from './modules/organizations/routes.js';
 import { projectRoutes } from './modules/projects/routes.js';
 import { shareRoutes } from './modules/share/routes.js';
+import { skillRoutes } from './modules/skills/routes.js';
 import { usageRoutes } from './modules/usage/routes.js';
 import { userRoutes } from './modules/users/routes.js';
 
 /** Route plugins of each API family, registered under its prefix. */
-const v1Modules = [organizationRoutes, userRoutes, apiKeyRoutes, usageRoutes, groupRoutes, categoryRoutes, projectRoutes, integrationRoutes, artifactRoutes];
+const v1Modules = [organizationRoutes, userRoutes, apiKeyRoutes, usageRoutes, groupRoutes, categoryRoutes, projectRoutes, integrationRoutes, artifactRoutes, artifactTypeRoutes, skillRoutes];
 const v2Modules: (typeof v1Modules)[number][] = [chatRoutes];
 
 export interface BuildOptions {
