@@ -1,5 +1,5 @@
 import { and, eq } from 'drizzle-orm';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it, onTestFinished } from 'vitest';
 import {
   artifacts,
   artifactTypes,
@@ -277,6 +277,11 @@ describe('artifacts', () => {
     });
 
     it('works with the built-in offline model and names the artifact sensibly', async () => {
+      // Without documents to search: the offline model then answers with its plain notice.
+      t.deps.toolFamilies = {};
+      onTestFinished(() => {
+        t.deps.toolFamilies = undefined;
+      });
       const offline = await createOrg(t);
       const type = await createArtifactType(t, offline, 'brief');
       const skill = await createSkill(t, offline, {
