@@ -35,6 +35,8 @@ export interface TestMcpServer {
   addTool(name: string, description: string): void;
   /** Calls of `hang` that ended because the client cancelled them. */
   cancelledHangs(): number;
+  /** Forgets every session, as a restarted server would: later requests with an old session id get 404. */
+  dropSessions(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -200,6 +202,9 @@ export async function startMcpServer(options: McpServerOptions = {}): Promise<Te
     addTool(toolName, description) {
       state.extraTools.push({ name: toolName, description });
       for (const s of state.servers) registerExtra(s, state, toolName, description);
+    },
+    async dropSessions() {
+      for (const s of [...state.servers]) await s.close().catch(() => {});
     },
     async close() {
       for (const s of [...state.servers]) await s.close().catch(() => {});
