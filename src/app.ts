@@ -26,9 +26,10 @@ import { shareRoutes } from './modules/share/routes.js';
 import { skillRoutes } from './modules/skills/routes.js';
 import { usageRoutes } from './modules/usage/routes.js';
 import { userRoutes } from './modules/users/routes.js';
+import { webhookDeliveryRoutes } from './modules/webhook-deliveries/routes.js';
 
 /** Route plugins of each API family, registered under its prefix. */
-const v1Modules = [organizationRoutes, userRoutes, apiKeyRoutes, usageRoutes, groupRoutes, categoryRoutes, projectRoutes, integrationRoutes, artifactRoutes, artifactTypeRoutes, skillRoutes];
+const v1Modules = [organizationRoutes, userRoutes, apiKeyRoutes, usageRoutes, groupRoutes, categoryRoutes, projectRoutes, integrationRoutes, artifactRoutes, artifactTypeRoutes, skillRoutes, webhookDeliveryRoutes];
 const v2Modules: (typeof v1Modules)[number][] = [chatRoutes];
 
 export interface BuildOptions {

@@ -1,3 +1,4 @@
+import { createRequire } from 'node:module';
 import PgBoss from 'pg-boss';
 import type { Database, Queryable } from '../db/client.js';
 
@@ -110,14 +111,27 @@ const DEFAULTS = {
   expireInSeconds: 15 * 60,
 };
 
+// pg-boss completes and fails jobs without awaiting the statement, so a database error there
+// would be an unhandled rejection (a crashed process). Those two are reported instead: the job
+// stays active, expires and runs again, which at-least-once handlers tolerate.
+const plans = createRequire(import.meta.url)('pg-boss/src/plans.js') as {
+  completeJobs(schema: string): string;
+  failJobsById(schema: string): string;
+};
+const UNAWAITED = new Set([plans.completeJobs(JOB_SCHEMA), plans.failJobsById(JOB_SCHEMA)]);
+
 /** Counts pg-boss's own statements so stop() can wait for the ones it fires without awaiting. */
-function trackedExecutor(inner: Executor) {
+function trackedExecutor(inner: Executor, onError: (err: unknown) => void) {
   let inFlight = 0;
   return {
     async executeSql(text: string, values?: unknown[]) {
       inFlight++;
       try {
         return await inner.executeSql(text, values);
+      } catch (err) {
+        if (!UNAWAITED.has(text)) throw err;
+        onError(err);
+        return { rows: [{ count: 0 }] };
       } finally {
         inFlight--;
       }
@@ -159,9 +173,9 @@ export async function installJobSchema(database: Database): Promise<void> {
 }
 
 export async function createJobQueue(database: Database, options: JobQueueOptions = {}): Promise<JobQueue> {
-  const executor = trackedExecutor(baseExecutor(database));
-  const boss = bossFor(executor, options);
   const onError = options.onError ?? ((err: unknown) => console.error('job queue error', err));
+  const executor = trackedExecutor(baseExecutor(database), onError);
+  const boss = bossFor(executor, options);
   boss.on('error', onError);
 
   let started = false;

@@ -1,5 +1,8 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { AppDeps } from '../http/context.js';
+import { registerDocumentWorker } from '../knowledge/worker.js';
+import { drainOutbox } from './outbox-dispatch.js';
+import { attemptDelivery, DELIVER_QUEUE, type DeliverJob } from './webhook-delivery.js';
 
 export interface WorkerOptions {
   /** How often this process looks for undispatched webhook events. */
@@ -15,7 +18,23 @@ export async function registerWorkers(
   log: FastifyBaseLogger,
   options: WorkerOptions = {},
 ): Promise<void> {
-  void deps;
-  void log;
-  void options;
+  await registerDocumentWorker(deps, log);
+  deps.jobs.repeat('webhooks-outbox', options.outboxIntervalMs ?? 1000, () => drainOutbox(deps));
+
+  // Up to 10 attempts run together per poll; each has its own 10 s deadline.
+  await deps.jobs.work<DeliverJob>(
+    DELIVER_QUEUE,
+    async (job) => {
+      try {
+        await attemptDelivery(deps, job.data);
+      } catch (err) {
+        log.error(
+          { err, deliveryId: job.data.deliveryId },
+          'webhook delivery job failed; pg-boss retries it',
+        );
+        throw err;
+      }
+    },
+    { batchSize: 10 },
+  );
 }

@@ -37,6 +37,8 @@ export function testEnv(overrides: Record<string, string> = {}): Record<string, 
   };
 }
 
+const bootstrapped = new WeakMap<TestDatabase, BootstrapResult>();
+
 /** The real app on its own migrated database, bootstrapped, ready for `inject`. */
 export async function buildTestApp(
   env: Record<string, string> = {},
@@ -55,7 +57,9 @@ export async function buildTestApp(
   await app.ready();
   await registerWorkers(deps, app.log, { outboxIntervalMs: 200 });
   await jobs.start();
-  const boot = await bootstrap(db.database, deps);
+  // A database reused by a second app (a restart) keeps the keys of its first bootstrap.
+  const boot = (testDb && bootstrapped.get(testDb)) || (await bootstrap(db.database, deps));
+  bootstrapped.set(db, boot);
   return {
     app,
     deps,

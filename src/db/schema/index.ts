@@ -6,3 +6,5 @@ export * from './integrations.js';
 export * from './idempotency.js';
 export * from './documents.js';
 export * from './chats.js';
+export * from './webhook-deliveries.js';
+export * from './async-requests.js';

@@ -1,0 +1,64 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { contextOf } from '../../http/context.js';
+import { PageQuery, pagination } from '../../http/pagination.js';
+import { v1Responses } from '../../http/schemas.js';
+import { presentDelivery } from './presenter.js';
+import { DeliveryListResponse, DeliveryParams, DeliveryResponse, WebhookParams } from './schemas.js';
+import { listDeliveries, redeliver, sendTestEvent } from './service.js';
+
+const tags = ['Webhooks'];
+
+export const webhookDeliveryRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  app.get(
+    '/projects/:id/webhooks/:webhook_id/deliveries',
+    {
+      schema: {
+        tags,
+        summary: "A webhook's delivery log, newest first",
+        params: WebhookParams,
+        querystring: PageQuery,
+        response: v1Responses({ 200: DeliveryListResponse }),
+      },
+    },
+    async (request) => {
+      const { id, webhook_id: webhookId } = request.params;
+      const { rows, total } = await listDeliveries(contextOf(request), id, webhookId, request.query);
+      return { deliveries: rows.map(presentDelivery), pagination: pagination(request.query, total) };
+    },
+  );
+
+  app.post(
+    '/projects/:id/webhooks/:webhook_id/deliveries/:delivery_id/redeliver',
+    {
+      schema: {
+        tags,
+        summary: 'Send a delivery again (same webhook-id); it is attempted in the background',
+        params: DeliveryParams,
+        response: v1Responses({ 202: DeliveryResponse }),
+      },
+    },
+    async (request, reply) => {
+      const { id, webhook_id: webhookId, delivery_id: deliveryId } = request.params;
+      const row = await redeliver(contextOf(request), app.deps.jobs, id, webhookId, deliveryId);
+      reply.status(202);
+      return { delivery: presentDelivery(row) };
+    },
+  );
+
+  app.post(
+    '/projects/:id/webhooks/:webhook_id/test',
+    {
+      schema: {
+        tags,
+        summary: 'Send a signed webhook_test event now and report the attempt',
+        params: WebhookParams,
+        response: v1Responses({ 200: DeliveryResponse }),
+      },
+    },
+    async (request) => {
+      const { id, webhook_id: webhookId } = request.params;
+      const row = await sendTestEvent(contextOf(request), app.deps, id, webhookId);
+      return { delivery: presentDelivery(row) };
+    },
+  );
+};

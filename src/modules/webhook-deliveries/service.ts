@@ -1,0 +1,146 @@
+import { randomUUID } from 'node:crypto';
+import { and, count, desc, eq, sql } from 'drizzle-orm';
+import { projectWebhooks, webhookDeliveries } from '../../db/schema/index.js';
+import type { AppDeps, ServiceContext } from '../../http/context.js';
+import { notFound } from '../../http/errors.js';
+import { offsetOf, type PageQuery } from '../../http/pagination.js';
+import { requireAdmin } from '../../http/policies.js';
+import { messageIdOf } from '../../jobs/outbox-dispatch.js';
+import { attemptDelivery, RETRY_WINDOW_HOURS, scheduleAttempt } from '../../jobs/webhook-delivery.js';
+import { findProjectFor } from '../projects/access.js';
+
+export const TEST_EVENT_NAME = 'webhook_test';
+
+type DeliveryRow = typeof webhookDeliveries.$inferSelect;
+
+/** The webhook of a project the key may use; 404 for anything else (never revealing other orgs'). */
+async function findWebhook(ctx: ServiceContext, projectId: number, webhookId: number) {
+  const found = await findProjectFor(ctx.db, ctx.principal, projectId);
+  if (!found?.allowed) throw notFound('Project');
+  const [webhook] = await ctx.db
+    .select({ id: projectWebhooks.id, projectId: projectWebhooks.projectId })
+    .from(projectWebhooks)
+    .where(
+      and(
+        eq(projectWebhooks.id, webhookId),
+        eq(projectWebhooks.projectId, projectId),
+        eq(projectWebhooks.organizationId, ctx.principal.organizationId),
+      ),
+    );
+  if (!webhook) throw notFound('Webhook');
+  return webhook;
+}
+
+async function deliveryById(
+  ctx: ServiceContext,
+  webhookId: number,
+  deliveryId: number,
+): Promise<DeliveryRow> {
+  const [row] = await ctx.db
+    .select()
+    .from(webhookDeliveries)
+    .where(
+      and(
+        eq(webhookDeliveries.id, deliveryId),
+        eq(webhookDeliveries.webhookId, webhookId),
+        eq(webhookDeliveries.organizationId, ctx.principal.organizationId),
+      ),
+    );
+  if (!row) throw notFound('Delivery');
+  return row;
+}
+
+/** Newest first: the log answers "what happened lately". */
+export async function listDeliveries(
+  ctx: ServiceContext,
+  projectId: number,
+  webhookId: number,
+  page: PageQuery,
+) {
+  const webhook = await findWebhook(ctx, projectId, webhookId);
+  const where = eq(webhookDeliveries.webhookId, webhook.id);
+  const [rows, [{ total }]] = await Promise.all([
+    ctx.db
+      .select()
+      .from(webhookDeliveries)
+      .where(where)
+      .orderBy(desc(webhookDeliveries.id))
+      .limit(page.page_size)
+      .offset(offsetOf(page)),
+    ctx.db.select({ total: count() }).from(webhookDeliveries).where(where),
+  ]);
+  return { rows, total };
+}
+
+/**
+ * Sends a delivery again, now, with the same `webhook-id` and a fresh retry window: receivers that
+ * processed it already can drop it. A superseded schedule (a pending retry) does nothing.
+ */
+export async function redeliver(
+  ctx: ServiceContext,
+  jobs: AppDeps['jobs'],
+  projectId: number,
+  webhookId: number,
+  deliveryId: number,
+): Promise<DeliveryRow> {
+  requireAdmin(ctx.principal);
+  const webhook = await findWebhook(ctx, projectId, webhookId);
+  const existing = await deliveryById(ctx, webhook.id, deliveryId);
+  return ctx.db.transaction(async (tx) => {
+    const [row] = await tx
+      .update(webhookDeliveries)
+      .set({
+        status: 'pending',
+        scheduleSeq: sql`${webhookDeliveries.scheduleSeq} + 1`,
+        nextAttemptAt: sql`now()`,
+        deliveredAt: null,
+        // Test events get one attempt per send, like the first.
+        retryUntil:
+          existing.eventId === null ? sql`now()` : sql`now() + make_interval(hours => ${RETRY_WINDOW_HOURS})`,
+        updatedAt: sql`now()`,
+      })
+      .where(eq(webhookDeliveries.id, existing.id))
+      .returning();
+    await scheduleAttempt(jobs, { deliveryId: row.id, seq: row.scheduleSeq }, { db: tx });
+    return row;
+  });
+}
+
+/**
+ * A signed `webhook_test` delivery, attempted at once so the caller sees the receiver's answer.
+ * Its job is enqueued with it, so a crash mid-attempt still ends in an attempt; test events are
+ * not retried (redeliver sends one again).
+ */
+export async function sendTestEvent(
+  ctx: ServiceContext,
+  deps: AppDeps,
+  projectId: number,
+  webhookId: number,
+): Promise<DeliveryRow> {
+  requireAdmin(ctx.principal);
+  const webhook = await findWebhook(ctx, projectId, webhookId);
+  const created = await ctx.db.transaction(async (tx) => {
+    const [row] = await tx
+      .insert(webhookDeliveries)
+      .values({
+        organizationId: ctx.principal.organizationId,
+        projectId: webhook.projectId,
+        webhookId: webhook.id,
+        eventId: null,
+        messageId: messageIdOf(randomUUID()),
+        eventName: TEST_EVENT_NAME,
+        eventData: {
+          project_id: webhook.projectId,
+          webhook_id: webhook.id,
+          message: 'A test event from Scriptorium: the signature and your endpoint work.',
+        },
+        retryUntil: sql`now()`,
+        nextAttemptAt: sql`now()`,
+      })
+      .returning();
+    await scheduleAttempt(deps.jobs, { deliveryId: row.id, seq: 0 }, { db: tx });
+    return row;
+  });
+  await attemptDelivery(deps, { deliveryId: created.id, seq: 0 });
+  return deliveryById(ctx, webhook.id, created.id);
+}
