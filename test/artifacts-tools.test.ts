@@ -280,6 +280,60 @@ describe('artifacts and skills tools', () => {
     expect(JSON.stringify(fake.chatRequests())).not.toContain('Secret prompt');
   });
 
+  it('an assistant in a chat turn creates an artifact through the artifacts tool; the artifact records the chat', async () => {
+    const [agent] = await t.deps.database.db
+      .insert(agents)
+      .values({
+        organizationId: org.organizationId,
+        name: 'Scribe',
+        instructions: 'Write memos.',
+        tools: ['artifacts'],
+      })
+      .returning();
+    fake.enqueue(
+      {
+        toolCalls: [
+          {
+            id: 'call_chat_1',
+            name: 'create_artifact',
+            arguments: {
+              artifact_type_slug: 'memo',
+              skill_id: memoSkillId,
+              inputs: [{ name: 'topic', value: 'the launch' }],
+            },
+          },
+        ],
+      },
+      { text: '# Launch memo\n\nWe launch soon.' },
+      { text: 'I wrote the launch memo for you.' },
+    );
+    const res = await call(t, 'POST', '/api/v2/chats', {
+      key: org.orgKey,
+      body: { project_id: org.projectId, agent_id: agent.id, content: 'Write a memo about the launch' },
+    });
+    expectStatus(res, 201);
+    const chatId = res.body.response.chat.id as number;
+    const message = res.body.response.message;
+    expect(message.content).toBe('I wrote the launch memo for you.');
+    const [execution] = message.tool_executions;
+    expect(execution).toMatchObject({
+      tool_name: 'create_artifact',
+      tool_call_id: 'call_chat_1',
+      status: 'completed',
+    });
+    const artifactId = execution.result.artifact_id as number;
+    const read = await call(t, 'GET', `/api/v1/artifact_types/memo/artifacts/${artifactId}`, {
+      key: org.orgKey,
+    });
+    expectStatus(read, 200);
+    expect(read.body.artifact).toMatchObject({
+      chat_id: chatId,
+      name: 'Launch memo',
+      content: '# Launch memo\n\nWe launch soon.',
+    });
+    expect(fake.chatRequests()[1].body.messages.at(-1).content).toBe('Announce the launch.');
+  });
+
   it('offers knowledge tools during generation and records their calls in chat_history', async () => {
     t.deps.toolFamilies = { knowledge: knowledgeFamily };
     try {
