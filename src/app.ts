@@ -18,6 +18,7 @@ import { integrationRoutes } from './modules/integrations/routes.js';
 import { categoryRoutes } from './modules/categories/routes.js';
 import { chatRoutes } from './modules/chats/routes.js';
 import { groupRoutes } from './modules/groups/routes.js';
+import { modelConfigurationRoutes } from './modules/model-configurations/routes.js';
 import { registerMetrics } from './modules/operations/metrics.js';
 import { operationRoutes } from './modules/operations/routes.js';
 import { organizationRoutes } from './modules/organizations/routes.js';
@@ -29,7 +30,7 @@ import { userRoutes } from './modules/users/routes.js';
 import { webhookDeliveryRoutes } from './modules/webhook-deliveries/routes.js';
 
 /** Route plugins of each API family, registered under its prefix. */
-const v1Modules = [organizationRoutes, userRoutes, apiKeyRoutes, usageRoutes, groupRoutes, categoryRoutes, projectRoutes, integrationRoutes, artifactRoutes, artifactTypeRoutes, skillRoutes, webhookDeliveryRoutes];
+const v1Modules = [organizationRoutes, userRoutes, apiKeyRoutes, usageRoutes, groupRoutes, categoryRoutes, projectRoutes, integrationRoutes, artifactRoutes, artifactTypeRoutes, skillRoutes, webhookDeliveryRoutes, modelConfigurationRoutes];
 const v2Modules: (typeof v1Modules)[number][] = [chatRoutes];
 
 export interface BuildOptions {
