@@ -1,0 +1,28 @@
+import { and, eq, type SQL, sql } from 'drizzle-orm';
+import { documentGroups, documents, groupMembers, projectGroups } from '../db/schema/index.js';
+import type { OrgPrincipal } from '../http/auth.js';
+
+/**
+ * Who sees a document. Organization keys and admin users: every document of the organization.
+ * Members: documents in at least one of their groups.
+ */
+export function documentVisibleTo(principal: OrgPrincipal): SQL {
+  const inOrg = eq(documents.organizationId, principal.organizationId);
+  if (principal.role === 'admin') return inOrg;
+  return and(inOrg, inGroupOfUser(principal.userId ?? 0))!;
+}
+
+/**
+ * What a project's knowledge search may read: documents sharing a group with the project, and for
+ * a member's personal key only those also in one of the member's groups.
+ */
+export function documentVisibleToProject(principal: OrgPrincipal, projectId: number): SQL {
+  const sharesProjectGroup = sql`exists (select 1 from ${documentGroups} join ${projectGroups} on ${projectGroups.groupId} = ${documentGroups.groupId}
+        where ${documentGroups.documentId} = ${documents.id} and ${projectGroups.projectId} = ${projectId})`;
+  return and(documentVisibleTo(principal), sharesProjectGroup)!;
+}
+
+function inGroupOfUser(userId: number): SQL {
+  return sql`exists (select 1 from ${documentGroups} join ${groupMembers} on ${groupMembers.groupId} = ${documentGroups.groupId}
+        where ${documentGroups.documentId} = ${documents.id} and ${groupMembers.userId} = ${userId})`;
+}

@@ -1,0 +1,11 @@
+import type { FastifyBaseLogger } from 'fastify';
+import type { AppDeps } from '../http/context.js';
+import { PROCESS_DOCUMENT_JOB, type ProcessDocumentJob, processDocument } from './process.js';
+
+/** Runs document processing jobs in this process (server, worker or test app). */
+export async function registerDocumentWorker(deps: AppDeps, log: FastifyBaseLogger): Promise<void> {
+  const processDeps = { database: deps.database, secrets: deps.secrets, log };
+  await deps.jobs.work<ProcessDocumentJob>(PROCESS_DOCUMENT_JOB, async (job) => {
+    await processDocument(processDeps, job.data.documentId);
+  });
+}
