@@ -17,6 +17,7 @@ import { hashKey } from './modules/api-keys/secrets.js';
 import { integrationRoutes } from './modules/integrations/routes.js';
 import { categoryRoutes } from './modules/categories/routes.js';
 import { chatRoutes } from './modules/chats/routes.js';
+import { documentRoutes } from './modules/documents/routes.js';
 import { groupRoutes } from './modules/groups/routes.js';
 import { modelConfigurationRoutes } from './modules/model-configurations/routes.js';
 import { registerMetrics } from './modules/operations/metrics.js';
@@ -30,7 +31,7 @@ import { userRoutes } from './modules/users/routes.js';
 import { webhookDeliveryRoutes } from './modules/webhook-deliveries/routes.js';
 
 /** Route plugins of each API family, registered under its prefix. */
-const v1Modules = [organizationRoutes, userRoutes, apiKeyRoutes, usageRoutes, groupRoutes, categoryRoutes, projectRoutes, integrationRoutes, artifactRoutes, artifactTypeRoutes, skillRoutes, webhookDeliveryRoutes, modelConfigurationRoutes];
+const v1Modules = [organizationRoutes, userRoutes, apiKeyRoutes, usageRoutes, groupRoutes, categoryRoutes, projectRoutes, integrationRoutes, artifactRoutes, artifactTypeRoutes, skillRoutes, webhookDeliveryRoutes, modelConfigurationRoutes, documentRoutes];
 const v2Modules: (typeof v1Modules)[number][] = [chatRoutes];
 
 export interface BuildOptions {

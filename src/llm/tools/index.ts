@@ -1,5 +1,6 @@
 import { artifactTools } from './artifacts.js';
 import { integrationTools } from './integrations.js';
+import { knowledgeTools } from './knowledge.js';
 import type { ToolFamilies } from './registry.js';
 import { skillTools } from './skills.js';
 
@@ -8,6 +9,7 @@ import { skillTools } from './skills.js';
  * in its own module and is added here.
  */
 export const toolFamilies: ToolFamilies = {
+  knowledge: knowledgeTools,
   integrations: integrationTools,
   artifacts: artifactTools,
   skills: skillTools,
