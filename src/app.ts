@@ -10,6 +10,7 @@ import type { AppDeps } from './http/context.js';
 import { ApiError, sendError } from './http/errors.js';
 import { registerIdempotency } from './http/idempotency.js';
 import { validatorCompiler } from './http/validation.js';
+import { agentRoutes } from './modules/agents/routes.js';
 import { apiKeyRoutes } from './modules/api-keys/routes.js';
 import { artifactTypeRoutes } from './modules/artifact-types/routes.js';
 import { artifactRoutes } from './modules/artifacts/routes.js';
@@ -31,7 +32,7 @@ import { userRoutes } from './modules/users/routes.js';
 import { webhookDeliveryRoutes } from './modules/webhook-deliveries/routes.js';
 
 /** Route plugins of each API family, registered under its prefix. */
-const v1Modules = [organizationRoutes, userRoutes, apiKeyRoutes, usageRoutes, groupRoutes, categoryRoutes, projectRoutes, integrationRoutes, artifactRoutes, artifactTypeRoutes, skillRoutes, webhookDeliveryRoutes, modelConfigurationRoutes, documentRoutes];
+const v1Modules = [organizationRoutes, userRoutes, apiKeyRoutes, usageRoutes, groupRoutes, categoryRoutes, projectRoutes, integrationRoutes, artifactRoutes, artifactTypeRoutes, skillRoutes, webhookDeliveryRoutes, modelConfigurationRoutes, documentRoutes, agentRoutes];
 const v2Modules: (typeof v1Modules)[number][] = [chatRoutes];
 
 export interface BuildOptions {

@@ -1,0 +1,50 @@
+import { type Static, Type } from '@sinclair/typebox';
+import type { AgentTool } from '../../db/schema/index.js';
+import { Pagination } from '../../http/pagination.js';
+import { Id, Nullable, Timestamp } from '../../http/schemas.js';
+
+export const AGENT_TOOLS: readonly AgentTool[] = ['knowledge', 'artifacts', 'skills', 'integrations'];
+
+export const Agent = Type.Object({
+  id: Type.Integer(),
+  name: Type.String(),
+  instructions: Type.String(),
+  model_configuration_id: Nullable(
+    Type.Integer({ description: 'Pinned model; null uses the chat or default model' }),
+  ),
+  skill_ids: Type.Array(Type.Integer()),
+  group_ids: Type.Array(Type.Integer(), { description: 'Empty: every user may use the agent' }),
+  tools: Type.Array(Type.String(), { description: `Enabled tool families: ${AGENT_TOOLS.join(', ')}` }),
+  created_at: Timestamp,
+  updated_at: Timestamp,
+});
+export type Agent = Static<typeof Agent>;
+
+const fields = {
+  name: Type.String({ minLength: 1, maxLength: 200 }),
+  instructions: Type.String({ maxLength: 50_000, description: 'Shapes every turn of chats using the agent' }),
+  model_configuration_id: Nullable(Id({ description: 'A chat model configuration of the organization' })),
+  skill_ids: Type.Array(Id(), { description: 'Skills offered as slash commands' }),
+  group_ids: Type.Array(Id(), {
+    description: 'Only members of these groups may use the agent; [] for everyone',
+  }),
+  tools: Type.Array(Type.String(), {
+    description: `Any of: ${AGENT_TOOLS.join(', ')}. Default: all of them`,
+  }),
+};
+
+export const CreateAgentBody = Type.Object({
+  name: fields.name,
+  instructions: fields.instructions,
+  model_configuration_id: Type.Optional(fields.model_configuration_id),
+  skill_ids: Type.Optional(fields.skill_ids),
+  group_ids: Type.Optional(fields.group_ids),
+  tools: Type.Optional(fields.tools),
+});
+export type CreateAgentBody = Static<typeof CreateAgentBody>;
+
+export const UpdateAgentBody = Type.Partial(CreateAgentBody);
+export type UpdateAgentBody = Static<typeof UpdateAgentBody>;
+
+export const AgentResponse = Type.Object({ agent: Agent });
+export const AgentListResponse = Type.Object({ agents: Type.Array(Agent), pagination: Pagination });
