@@ -324,6 +324,8 @@ export class TurnRunner {
       stopWhen: stepCountIs(settings.maxSteps),
       maxRetries: settings.maxRetries,
       abortSignal: signal,
+      // Failures are read from the stream (and logged by the turn); the default prints to stderr.
+      onError: () => {},
     });
   }
 
