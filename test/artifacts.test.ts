@@ -201,6 +201,42 @@ describe('artifacts', () => {
       expect(fake.chatRequests()[0].body.messages.at(-1).content).toBe('Write a short memo.');
     });
 
+    it('runs a skill made through the management API, found through the deprecated prompt_templates path', async () => {
+      const type = await call(t, 'POST', '/api/v1/artifact_types', {
+        key: org.orgKey,
+        body: { name: 'Press Release' },
+      });
+      expectStatus(type, 201);
+      const typeSlug = type.body.artifact_type.slug as string;
+      const skill = await call(t, 'POST', '/api/v1/skills', {
+        key: org.orgKey,
+        body: {
+          name: 'Release writer',
+          content: 'Announce {custom.product}.',
+          custom_variables: [{ name: 'product', description: 'What ships', type: 'string' }],
+          artifact_type_ids: [type.body.artifact_type.id],
+        },
+      });
+      expectStatus(skill, 201);
+      const listed = await call(t, 'GET', `/api/v1/artifact_types/${typeSlug}/prompt_templates`, {
+        key: org.orgKey,
+      });
+      expectStatus(listed, 200);
+      const templateId = listed.body.skills[0].id as number;
+      fake.enqueue({ text: '# Rocket ships' });
+      const res = await call(t, 'POST', generateUrl(typeSlug), {
+        key: org.orgKey,
+        body: { prompt_template_id: templateId, inputs: [{ name: 'product', value: 'Rocket' }] },
+      });
+      expectStatus(res, 201);
+      expect(res.body.artifact).toMatchObject({
+        skill_id: templateId,
+        artifact_type_slug: typeSlug,
+        name: 'Rocket ships',
+      });
+      expect(fake.chatRequests()[0].body.messages.at(-1).content).toBe('Announce Rocket.');
+    });
+
     it('uses the model configuration named in the request', async () => {
       const other = await startFakeModelServer();
       try {
