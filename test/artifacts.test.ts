@@ -539,6 +539,7 @@ describe('artifacts', () => {
       expect(res.status).toBe(200);
       expect(res.contentType).toContain('text/event-stream');
       const names = res.events.map((e) => e.event);
+      expect(res.events.map((e) => e.id)).toEqual(res.events.map((_, i) => String(i + 1)));
       expect(names.at(-1)).toBe('done');
       expect(names.slice(0, -1).every((n) => n === 'chunk')).toBe(true);
       for (const data of res.data.slice(0, -1))

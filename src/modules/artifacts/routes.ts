@@ -1,9 +1,12 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { Type } from '@sinclair/typebox';
 import type { FastifyRequest } from 'fastify';
 import { contextOf } from '../../http/context.js';
 import { badRequest, errorBody, toApiError, unprocessable } from '../../http/errors.js';
 import { Message, V1Error, v1Responses } from '../../http/schemas.js';
 import { SseStream } from '../../http/sse.js';
+import { AsyncAcceptedResponse } from '../async-requests/schemas.js';
+import { acceptGeneration, acceptRefinement } from '../async-requests/service.js';
 import {
   type ArtifactResult,
   type GenerateArtifactInput,
@@ -24,6 +27,7 @@ import {
   RefineBody,
   type StreamGenerateBody,
   StreamGenerateBody as StreamGenerateBodySchema,
+  StreamRefineBody,
   UpdateArtifactBody,
 } from './schemas.js';
 import { deleteArtifact, getArtifact, updateArtifact } from './service.js';
@@ -88,13 +92,15 @@ async function streamWork(
   sse: SseStream,
   work: (onChunk: (text: string) => void) => Promise<ArtifactResult>,
 ) {
+  // An `id:` sequence on every event, as on the chat streams (see /asyncapi.json).
+  let sequence = 0;
   try {
-    const result = await work((content) => sse.send('chunk', { content, done: false }));
-    sse.send('done', { artifact_id: result.artifact.id, done: true });
+    const result = await work((content) => sse.send('chunk', { content, done: false }, ++sequence));
+    sse.send('done', { artifact_id: result.artifact.id, done: true }, ++sequence);
   } catch (error) {
     const apiError = toApiError('v1', error);
     if (apiError.status >= 500) request.log.error({ err: error }, 'artifact stream failed');
-    sse.send('error', errorBody('v1', apiError));
+    sse.send('error', errorBody('v1', apiError), ++sequence);
   } finally {
     sse.end();
   }
@@ -115,15 +121,20 @@ export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
         params: ArtifactTypeParams,
         querystring: ProjectQuery,
         body: GenerateBody,
-        response: v1Responses({ 201: ArtifactWithUrlResponse, 402: V1Error, 500: V1Error }),
+        response: v1Responses({
+          201: ArtifactWithUrlResponse,
+          200: AsyncAcceptedResponse,
+          402: V1Error,
+          500: V1Error,
+        }),
       },
     },
     async (request, reply) => {
       const ctx = contextOf(request);
-      const prepared = await prepareGeneration(
-        ctx,
-        generateInput(request.params, request.query, request.body),
-      );
+      const input = generateInput(request.params, request.query, request.body);
+      // Fire-and-forget (spec 4.2): the same checks, then the request and its job are stored; 200.
+      if (request.body.fire_and_forget === true) return acceptGeneration(ctx, app.deps.jobs, input);
+      const prepared = await prepareGeneration(ctx, input);
       const result = await runGeneration(ctx, prepared, { families: app.deps.toolFamilies });
       reply.status(201);
       return present(result);
@@ -163,12 +174,18 @@ export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
         summary: 'Refine an artifact (blocking)',
         params: ArtifactParams,
         body: RefineBody,
-        response: v1Responses({ 200: ArtifactWithUrlResponse, 402: V1Error, 500: V1Error }),
+        response: v1Responses({
+          200: Type.Union([ArtifactWithUrlResponse, AsyncAcceptedResponse]),
+          402: V1Error,
+          500: V1Error,
+        }),
       },
     },
     async (request) => {
       const ctx = contextOf(request);
-      const prepared = await prepareRefinement(ctx, refineInput(request.params, request.body));
+      const input = refineInput(request.params, request.body);
+      if (request.body.fire_and_forget === true) return acceptRefinement(ctx, app.deps.jobs, input);
+      const prepared = await prepareRefinement(ctx, input);
       return present(await runRefinement(ctx, prepared, { families: app.deps.toolFamilies }));
     },
   );
@@ -180,7 +197,7 @@ export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
         tags,
         summary: 'Refine an artifact (Server-Sent Events)',
         params: ArtifactParams,
-        body: RefineBody,
+        body: StreamRefineBody,
         response: { ...v1Responses({ 402: V1Error, 500: V1Error }), ...streamResponse },
       },
     },
