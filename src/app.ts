@@ -24,6 +24,7 @@ import { modelConfigurationRoutes } from './modules/model-configurations/routes.
 import { registerMetrics } from './modules/operations/metrics.js';
 import { operationRoutes } from './modules/operations/routes.js';
 import { organizationRoutes } from './modules/organizations/routes.js';
+import { projectWebhookRoutes } from './modules/project-webhooks/routes.js';
 import { projectRoutes } from './modules/projects/routes.js';
 import { shareRoutes } from './modules/share/routes.js';
 import { skillRoutes } from './modules/skills/routes.js';
@@ -32,7 +33,7 @@ import { userRoutes } from './modules/users/routes.js';
 import { webhookDeliveryRoutes } from './modules/webhook-deliveries/routes.js';
 
 /** Route plugins of each API family, registered under its prefix. */
-const v1Modules = [organizationRoutes, userRoutes, apiKeyRoutes, usageRoutes, groupRoutes, categoryRoutes, projectRoutes, integrationRoutes, artifactRoutes, artifactTypeRoutes, skillRoutes, webhookDeliveryRoutes, modelConfigurationRoutes, documentRoutes, agentRoutes];
+const v1Modules = [organizationRoutes, userRoutes, apiKeyRoutes, usageRoutes, groupRoutes, categoryRoutes, projectRoutes, integrationRoutes, artifactRoutes, artifactTypeRoutes, skillRoutes, webhookDeliveryRoutes, modelConfigurationRoutes, documentRoutes, agentRoutes, projectWebhookRoutes];
 const v2Modules: (typeof v1Modules)[number][] = [chatRoutes];
 
 export interface BuildOptions {

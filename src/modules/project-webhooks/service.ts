@@ -1,0 +1,104 @@
+import { randomBytes } from 'node:crypto';
+import { and, count, eq } from 'drizzle-orm';
+import { projectWebhooks, type WebhookEventName } from '../../db/schema/index.js';
+import type { ServiceContext } from '../../http/context.js';
+import { notFound, unprocessable } from '../../http/errors.js';
+import { offsetOf, type PageQuery } from '../../http/pagination.js';
+import { requireAdmin } from '../../http/policies.js';
+import { checkOutboundUrl, OutboundUrlError } from '../../net/outbound.js';
+import { findProjectFor } from '../projects/access.js';
+import { type CreateWebhookBody, WEBHOOK_EVENTS } from './schemas.js';
+
+/** Standard Webhooks secret format: `whsec_` + base64 of random bytes (32 here; the spec allows 24-64). */
+export const newWebhookSecret = () => `whsec_${randomBytes(32).toString('base64')}`;
+
+async function visibleProjectId(ctx: ServiceContext, projectId: number): Promise<number> {
+  const found = await findProjectFor(ctx.db, ctx.principal, projectId);
+  if (!found?.allowed) throw notFound('Project');
+  return found.project.id;
+}
+
+const ofProject = (ctx: ServiceContext, projectId: number) =>
+  and(
+    eq(projectWebhooks.organizationId, ctx.principal.organizationId),
+    eq(projectWebhooks.projectId, projectId),
+  )!;
+
+export async function listWebhooks(ctx: ServiceContext, projectId: number, page: PageQuery) {
+  await visibleProjectId(ctx, projectId);
+  const where = ofProject(ctx, projectId);
+  const [rows, [{ total }]] = await Promise.all([
+    ctx.db
+      .select()
+      .from(projectWebhooks)
+      .where(where)
+      .orderBy(projectWebhooks.id)
+      .limit(page.page_size)
+      .offset(offsetOf(page)),
+    ctx.db.select({ total: count() }).from(projectWebhooks).where(where),
+  ]);
+  return { rows, total };
+}
+
+export async function getWebhook(ctx: ServiceContext, projectId: number, webhookId: number) {
+  await visibleProjectId(ctx, projectId);
+  const [row] = await ctx.db
+    .select()
+    .from(projectWebhooks)
+    .where(and(ofProject(ctx, projectId), eq(projectWebhooks.id, webhookId)));
+  if (!row) throw notFound('Webhook');
+  return row;
+}
+
+function checkBody(ctx: ServiceContext, body: CreateWebhookBody) {
+  const details: Record<string, string[]> = {};
+  try {
+    checkOutboundUrl(body.url, ctx.config.outboundAllowPrivate);
+  } catch (error) {
+    if (!(error instanceof OutboundUrlError)) throw error;
+    details.url = [error.message];
+  }
+  const unknown = body.events.filter((e) => !(WEBHOOK_EVENTS as readonly string[]).includes(e));
+  if (unknown.length > 0) {
+    details.events = [`unknown: ${unknown.join(', ')}; allowed: ${WEBHOOK_EVENTS.join(', ')}`];
+  }
+  if (Object.keys(details).length > 0) {
+    throw unprocessable(
+      `Invalid webhook: ${Object.entries(details)
+        .map(([field, messages]) => `${field} ${messages.join(', ')}`)
+        .join('; ')}`,
+      details,
+    );
+  }
+  return WEBHOOK_EVENTS.filter((e) => body.events.includes(e)) as WebhookEventName[];
+}
+
+/** The secret is returned here once; it is stored encrypted because deliveries sign with it. */
+export async function createWebhook(ctx: ServiceContext, projectId: number, body: CreateWebhookBody) {
+  requireAdmin(ctx.principal);
+  await visibleProjectId(ctx, projectId);
+  const events = checkBody(ctx, body);
+  const secret = newWebhookSecret();
+  const [row] = await ctx.db
+    .insert(projectWebhooks)
+    .values({
+      organizationId: ctx.principal.organizationId,
+      projectId,
+      url: body.url,
+      events,
+      secretEncrypted: ctx.secrets.encrypt(secret),
+    })
+    .returning();
+  return { row, secret };
+}
+
+/** Removes the webhook and, with it, its delivery log and pending retries. */
+export async function deleteWebhook(ctx: ServiceContext, projectId: number, webhookId: number) {
+  requireAdmin(ctx.principal);
+  await visibleProjectId(ctx, projectId);
+  const [row] = await ctx.db
+    .delete(projectWebhooks)
+    .where(and(ofProject(ctx, projectId), eq(projectWebhooks.id, webhookId)))
+    .returning({ id: projectWebhooks.id });
+  if (!row) throw notFound('Webhook');
+}
