@@ -35,7 +35,7 @@ import {
 import { describeAuthMatrix } from './helpers/auth-matrix.js';
 
 describeAuthMatrix('v2', [
-  { method: 'POST', url: (org) => '/api/v2/chats', body: { project_id: 1 } },
+  { method: 'POST', url: '/api/v2/chats', body: { project_id: 1 } },
   { method: 'GET', url: '/api/v2/chats' },
   { method: 'GET', url: '/api/v2/chats/1' },
   { method: 'DELETE', url: '/api/v2/chats/1' },

@@ -1,14 +1,9 @@
-import { and, eq, isNull, sql } from 'drizzle-orm';
+import { and, eq, isNull } from 'drizzle-orm';
 import type { Queryable } from '../../db/client.js';
-import {
-  agentGroups,
-  agents,
-  groupMembers,
-  modelConfigurations,
-  organizations,
-} from '../../db/schema/index.js';
+import { agents, modelConfigurations, organizations } from '../../db/schema/index.js';
 import type { OrgPrincipal } from '../../http/auth.js';
 import { ApiError, badRequest, notFound } from '../../http/errors.js';
+import { agentVisibleTo } from '../agents/access.js';
 import { findProjectFor, type ProjectRow } from '../projects/access.js';
 
 export type AgentRow = typeof agents.$inferSelect;
@@ -40,24 +35,14 @@ export async function usableProject(
   return found.project;
 }
 
-/** An agent of the organization; one with groups is usable by admins and members of one of them. */
+/** An agent of the organization (404), usable by the key's user under the agents module's rule (401). */
 export async function usableAgent(
   db: Queryable,
   principal: OrgPrincipal,
   agentId: number,
 ): Promise<AgentRow> {
-  const userId = principal.userId ?? 0;
-  const [row] = await db
-    .select({
-      agent: agents,
-      allowed:
-        principal.role === 'admin'
-          ? sql<boolean>`true`
-          : // Qualified by hand: Drizzle leaves columns unqualified in a one-table select.
-            sql<boolean>`(not exists (select 1 from agent_groups ag where ag.agent_id = agents.id)
-              or exists (select 1 from agent_groups ag join group_members gm on gm.group_id = ag.group_id
-                         where ag.agent_id = agents.id and gm.user_id = ${userId}))`,
-    })
+  const [agent] = await db
+    .select()
     .from(agents)
     .where(
       and(
@@ -66,10 +51,14 @@ export async function usableAgent(
         isNull(agents.deletedAt),
       ),
     );
-  if (!row) throw notFound('Agent');
-  if (!row.allowed)
+  if (!agent) throw notFound('Agent');
+  const [allowed] = await db
+    .select({ id: agents.id })
+    .from(agents)
+    .where(and(eq(agents.id, agentId), agentVisibleTo(principal)));
+  if (!allowed)
     throw new ApiError(401, 'agent_access_denied', `This key's user has no permission to agent ${agentId}`);
-  return row.agent;
+  return agent;
 }
 
 /** A chat model configuration of the organization (404 for another organization's or a deleted one). */

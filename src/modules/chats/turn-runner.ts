@@ -1,11 +1,11 @@
-import { APICallError, type LanguageModelV3 } from '@ai-sdk/provider';
-import { type ModelMessage, RetryError, stepCountIs, streamText, type Tool } from 'ai';
+import type { LanguageModelV3 } from '@ai-sdk/provider';
+import { type ModelMessage, stepCountIs, streamText } from 'ai';
 import { eq, sql } from 'drizzle-orm';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Database } from '../../db/client.js';
-import { type AgentTool, chatMessages, chats, chatTurns, toolExecutions } from '../../db/schema/index.js';
+import { type AgentTool, chatMessages, chats, chatTurns } from '../../db/schema/index.js';
 import type { ServiceContext } from '../../http/context.js';
-import { ApiError, toApiError } from '../../http/errors.js';
+import { ApiError } from '../../http/errors.js';
 import { languageModelOf } from '../../llm/resolve-model.js';
 import { collectTools, type ToolFamilies, type ToolScope } from '../../llm/tools/registry.js';
 import { chargeUsage, ensureCredits, type Usage } from '../credits/service.js';
@@ -15,8 +15,11 @@ import type { ChatRow } from './presenter.js';
 import type { ChatView, MessageView } from './schemas.js';
 import { conversationOf, messageView, titleFrom } from './service.js';
 import { buildSystemPrompt, expandSlashCommand, skillsOfAgent } from './system-prompt.js';
+import { asParameters, recordToolExecution } from './tool-executions.js';
 import { type TurnEventHub, TurnPublisher } from './turn-events.js';
+import { describeFailure, TurnFailure } from './turn-failure.js';
 import { acquireTurnLease, keepLeaseAlive, releaseTurnLease } from './turn-lease.js';
+import { IdleWatchdog, pausingWatchdog } from './turn-watchdog.js';
 
 export interface TurnSettings {
   /** How long a turn's lease lasts without renewal (it is renewed every third of it). */
@@ -65,16 +68,6 @@ export interface StartedTurn {
 export interface TurnOptions {
   /** On POST /chats: the new chat, added to the `done` and `error` events (spec 6.1). */
   announceChat?: ChatView;
-}
-
-class TurnFailure extends Error {
-  constructor(
-    message: string,
-    readonly code: string,
-    readonly cancelled = false,
-  ) {
-    super(message);
-  }
 }
 
 /**
@@ -223,7 +216,12 @@ export class TurnRunner {
             });
           } else if (part.type === 'tool-result' || part.type === 'tool-error') {
             if (part.type === 'tool-result' && part.preliminary) continue;
-            const data = await this.recordToolExecution(ctx, ids.assistantMessageId, part, watchdog);
+            const data = await recordToolExecution(db, {
+              organizationId: ctx.principal.organizationId,
+              messageId: ids.assistantMessageId,
+              part,
+              executionTimeMs: watchdog.takeToolTime(part.toolCallId),
+            });
             await publish({ name: 'tool_result', data });
           } else if (part.type === 'finish-step') {
             usage.inputTokens += part.usage.inputTokens ?? 0;
@@ -329,43 +327,6 @@ export class TurnRunner {
     });
   }
 
-  private async recordToolExecution(
-    ctx: ServiceContext,
-    messageId: number,
-    part: {
-      type: 'tool-result' | 'tool-error';
-      toolCallId: string;
-      toolName: string;
-      input: unknown;
-      output?: unknown;
-      error?: unknown;
-    },
-    watchdog: IdleWatchdog,
-  ) {
-    const failed = part.type === 'tool-error';
-    const result = failed ? null : toJson(part.output);
-    const error = failed ? { message: errorMessage(part.error) } : null;
-    const executionTimeMs = watchdog.takeToolTime(part.toolCallId);
-    await this.deps.database.db.insert(toolExecutions).values({
-      organizationId: ctx.principal.organizationId,
-      messageId,
-      toolName: part.toolName,
-      toolCallId: part.toolCallId,
-      status: failed ? 'failed' : 'completed',
-      parameters: asParameters(part.input),
-      result,
-      error,
-      executionTimeMs,
-    });
-    return {
-      tool_call_id: part.toolCallId,
-      tool_name: part.toolName,
-      result,
-      error,
-      execution_time_ms: executionTimeMs,
-    };
-  }
-
   private chargeOf(ctx: ServiceContext, plan: TurnPlan, messageId: number, usage: Usage) {
     return {
       organizationId: ctx.principal.organizationId,
@@ -411,124 +372,5 @@ export class TurnRunner {
       await tx.update(chatMessages).set({ status }).where(eq(chatMessages.id, ids.userMessageId));
       await releaseTurnLease(tx, ids.turnId, status);
     });
-  }
-}
-
-/** Fails a turn whose model stays silent; paused while tools run (they have their own limits). */
-class IdleWatchdog {
-  private timer: NodeJS.Timeout | undefined;
-  private toolsRunning = 0;
-  private stopped = false;
-  private readonly toolStarts = new Map<string, number>();
-  private readonly toolTimes = new Map<string, number>();
-
-  constructor(
-    private readonly idleMs: number,
-    private readonly onIdle: () => void,
-  ) {}
-
-  start(): void {
-    this.touch();
-  }
-
-  touch(): void {
-    clearTimeout(this.timer);
-    if (this.stopped || this.toolsRunning > 0) return;
-    this.timer = setTimeout(this.onIdle, this.idleMs);
-    this.timer.unref();
-  }
-
-  toolStarted(toolCallId: string): void {
-    this.toolsRunning += 1;
-    this.toolStarts.set(toolCallId, performance.now());
-    clearTimeout(this.timer);
-  }
-
-  toolFinished(toolCallId: string): void {
-    this.toolsRunning = Math.max(0, this.toolsRunning - 1);
-    const started = this.toolStarts.get(toolCallId);
-    if (started !== undefined) this.toolTimes.set(toolCallId, Math.round(performance.now() - started));
-    this.touch();
-  }
-
-  /** The measured run time of a tool call (0 when it never ran, e.g. invalid input). */
-  takeToolTime(toolCallId: string): number {
-    const ms = this.toolTimes.get(toolCallId) ?? 0;
-    this.toolTimes.delete(toolCallId);
-    this.toolStarts.delete(toolCallId);
-    return ms;
-  }
-
-  stop(): void {
-    this.stopped = true;
-    clearTimeout(this.timer);
-  }
-}
-
-/** Wraps each tool so its run time is measured and the idle watchdog waits for it. */
-function pausingWatchdog(tools: Record<string, Tool>, watchdog: IdleWatchdog): Record<string, Tool> {
-  const wrapped: Record<string, Tool> = {};
-  for (const [name, tool] of Object.entries(tools)) {
-    const execute = tool.execute;
-    wrapped[name] = execute
-      ? {
-          ...tool,
-          execute: async (input: unknown, options: { toolCallId: string }) => {
-            watchdog.toolStarted(options.toolCallId);
-            try {
-              return await execute.call(tool, input, options as never);
-            } finally {
-              watchdog.toolFinished(options.toolCallId);
-            }
-          },
-        }
-      : tool;
-  }
-  return wrapped;
-}
-
-function describeFailure(err: unknown): TurnFailure {
-  if (err instanceof TurnFailure) return err;
-  if (RetryError.isInstance(err)) {
-    const last = err.lastError;
-    return new TurnFailure(
-      `The model provider kept failing (${err.errors.length} attempts): ${providerMessage(last)}`,
-      'model_error',
-    );
-  }
-  if (APICallError.isInstance(err))
-    return new TurnFailure(`The model provider failed: ${providerMessage(err)}`, 'model_error');
-  if (err instanceof ApiError) return new TurnFailure(err.message, err.code);
-  const apiError = toApiError('v2', err);
-  if (apiError.status !== 500) return new TurnFailure(apiError.message, apiError.code);
-  return new TurnFailure(`The model failed while generating the reply: ${errorMessage(err)}`, 'model_error');
-}
-
-function providerMessage(err: unknown): string {
-  if (APICallError.isInstance(err)) {
-    return err.statusCode ? `HTTP ${err.statusCode}: ${err.message}` : err.message;
-  }
-  return errorMessage(err);
-}
-
-function errorMessage(err: unknown): string {
-  if (err instanceof Error) return err.message || err.name;
-  return typeof err === 'string' ? err : (JSON.stringify(err) ?? 'unknown error');
-}
-
-/** Spec 2: `parameters` is an object; input the model sent in another shape is kept under `input`. */
-function asParameters(input: unknown): Record<string, unknown> {
-  if (input !== null && typeof input === 'object' && !Array.isArray(input))
-    return toJson(input) as Record<string, unknown>;
-  return input === undefined ? {} : { input: toJson(input) };
-}
-
-/** What JSON (the database and the event stream) keeps of a value, so both show the same thing. */
-function toJson(value: unknown): unknown {
-  if (value === undefined) return null;
-  try {
-    return JSON.parse(JSON.stringify(value)) ?? null;
-  } catch {
-    return String(value);
   }
 }

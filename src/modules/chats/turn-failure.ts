@@ -1,0 +1,43 @@
+import { APICallError } from '@ai-sdk/provider';
+import { RetryError } from 'ai';
+import { ApiError, toApiError } from '../../http/errors.js';
+
+/** Why a turn failed, as the client will read it (an `error` event or a 500 body). */
+export class TurnFailure extends Error {
+  constructor(
+    message: string,
+    readonly code: string,
+    readonly cancelled = false,
+  ) {
+    super(message);
+  }
+}
+
+export function describeFailure(err: unknown): TurnFailure {
+  if (err instanceof TurnFailure) return err;
+  if (RetryError.isInstance(err)) {
+    const last = err.lastError;
+    return new TurnFailure(
+      `The model provider kept failing (${err.errors.length} attempts): ${providerMessage(last)}`,
+      'model_error',
+    );
+  }
+  if (APICallError.isInstance(err))
+    return new TurnFailure(`The model provider failed: ${providerMessage(err)}`, 'model_error');
+  if (err instanceof ApiError) return new TurnFailure(err.message, err.code);
+  const apiError = toApiError('v2', err);
+  if (apiError.status !== 500) return new TurnFailure(apiError.message, apiError.code);
+  return new TurnFailure(`The model failed while generating the reply: ${errorMessage(err)}`, 'model_error');
+}
+
+function providerMessage(err: unknown): string {
+  if (APICallError.isInstance(err)) {
+    return err.statusCode ? `HTTP ${err.statusCode}: ${err.message}` : err.message;
+  }
+  return errorMessage(err);
+}
+
+export function errorMessage(err: unknown): string {
+  if (err instanceof Error) return err.message || err.name;
+  return typeof err === 'string' ? err : (JSON.stringify(err) ?? 'unknown error');
+}
