@@ -17,6 +17,8 @@ export interface SendOptions {
   singletonKey?: string;
   /** How long an active job may run before it counts as failed (and is retried). */
   expireInSeconds?: number;
+  /** A queue that receives the job's data once its retries are exhausted (to record the final state). */
+  deadLetter?: string;
 }
 
 export interface WorkOptions {
@@ -252,6 +254,7 @@ export async function createJobQueue(database: Database, options: JobQueueOption
       const { db, startAfter, ...rest } = sendOptions;
       const executor = db && db !== database.db ? executorFor(database, db) : undefined;
       await ensureQueue(name, executor);
+      if (rest.deadLetter) await ensureQueue(rest.deadLetter, executor);
       const bossOptions: PgBoss.SendOptions = { ...rest };
       if (startAfter !== undefined) bossOptions.startAfter = startAfter;
       if (executor) bossOptions.db = executor as PgBoss.Db;
@@ -271,6 +274,8 @@ export async function createJobQueue(database: Database, options: JobQueueOption
       if (started || stopped) return;
       await boss.start();
       started = true;
+      // Recover at once the expired jobs of processes that died, rather than a maintenance interval later.
+      await boss.maintain().catch(onError);
       for (const run of pendingWork.splice(0)) await run();
       for (const entry of repeating) schedule(entry);
     },

@@ -1,6 +1,13 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { AppDeps } from '../http/context.js';
 import { registerDocumentWorker } from '../knowledge/worker.js';
+import {
+  ASYNC_ARTIFACT_FAILED_QUEUE,
+  ASYNC_ARTIFACT_QUEUE,
+  type AsyncArtifactJob,
+  failAbandonedRequest,
+  runAsyncRequest,
+} from '../modules/async-requests/service.js';
 import { drainOutbox } from './outbox-dispatch.js';
 import { attemptDelivery, DELIVER_QUEUE, type DeliverJob } from './webhook-delivery.js';
 
@@ -36,5 +43,15 @@ export async function registerWorkers(
       }
     },
     { batchSize: 10 },
+  );
+
+  // Generations run for minutes: independent loops, so one long run does not hold up the next.
+  await deps.jobs.work<AsyncArtifactJob>(
+    ASYNC_ARTIFACT_QUEUE,
+    (job) => runAsyncRequest(deps, job.data.requestId, log),
+    { concurrency: deps.database.kind === 'postgres' ? 4 : 2 },
+  );
+  await deps.jobs.work<AsyncArtifactJob>(ASYNC_ARTIFACT_FAILED_QUEUE, (job) =>
+    failAbandonedRequest(deps, job.data.requestId),
   );
 }

@@ -53,8 +53,13 @@ export const RefineBody = Type.Object({
   // Optional here so that a missing prompt is the 400 the spec asks for, checked by the route.
   refine_prompt: Type.Optional(Type.String({ maxLength: 100_000, description: 'What to change (required)' })),
   model_configuration_id: Type.Optional(Id({ description: 'Overrides the model that wrote the artifact' })),
+  fire_and_forget: Type.Optional(
+    Type.Boolean({ description: 'Non-streaming endpoint only: refine in the background' }),
+  ),
 });
 export type RefineBody = Static<typeof RefineBody>;
+
+export const StreamRefineBody = Type.Omit(RefineBody, ['fire_and_forget']);
 
 export const UpdateArtifactBody = Type.Object({
   name: Type.Optional(Type.String({ minLength: 1, maxLength: 200 })),

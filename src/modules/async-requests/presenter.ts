@@ -1,0 +1,15 @@
+import type { InferSelectModel } from 'drizzle-orm';
+import type { asyncRequests } from '../../db/schema/index.js';
+import { formatTimestamp } from '../../http/timestamps.js';
+import type { AsyncRequest } from './schemas.js';
+
+export const presentAsyncRequest = (row: InferSelectModel<typeof asyncRequests>): AsyncRequest => ({
+  id: row.id,
+  status: row.status,
+  artifact_id: row.artifactId,
+  artifact_type_slug: row.artifactTypeSlug,
+  project_id: row.projectId,
+  error: row.error,
+  created_at: formatTimestamp(row.createdAt),
+  updated_at: formatTimestamp(row.updatedAt),
+});

@@ -1,0 +1,23 @@
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { contextOf } from '../../http/context.js';
+import { v1Responses } from '../../http/schemas.js';
+import { presentAsyncRequest } from './presenter.js';
+import { AsyncRequestParams, AsyncRequestResponse } from './schemas.js';
+import { getAsyncRequest } from './service.js';
+
+export const asyncRequestRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  app.get(
+    '/async_requests/:id',
+    {
+      schema: {
+        tags: ['Artifacts'],
+        summary: 'Status of a fire-and-forget generation or refinement',
+        params: AsyncRequestParams,
+        response: v1Responses({ 200: AsyncRequestResponse }),
+      },
+    },
+    async (request) => ({
+      async_request: presentAsyncRequest(await getAsyncRequest(contextOf(request), request.params.id)),
+    }),
+  );
+};
