@@ -4,6 +4,17 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { documentChunks, documentContents, documentGroups, documents } from '../src/db/schema/index.js';
 import { searchKnowledge } from '../src/knowledge/knowledge.js';
 import { MEDIA_TYPES } from '../src/knowledge/media-type.js';
+import { makePdf } from './fixtures/documents.js';
+import {
+  createGroup,
+  createProject,
+  multipartBody,
+  serviceContext,
+  upload,
+  uploadAndProcess,
+  uploadFile,
+  waitForProcessing,
+} from './fixtures/knowledge-helpers.js';
 import {
   buildTestApp,
   call,
@@ -16,17 +27,6 @@ import {
   TIMESTAMP,
 } from './helpers/app.js';
 import { describeAuthMatrix } from './helpers/auth-matrix.js';
-import { makePdf } from './fixtures/documents.js';
-import {
-  createGroup,
-  createProject,
-  multipartBody,
-  serviceContext,
-  upload,
-  uploadAndProcess,
-  uploadFile,
-  waitForProcessing,
-} from './fixtures/knowledge-helpers.js';
 
 describeAuthMatrix('v1', [
   { method: 'POST', url: '/api/v1/data_center/documents' },
@@ -126,11 +126,10 @@ describe('document upload', () => {
 
   it('400 without group_ids[] or use_default_group=true, and for malformed group fields', async () => {
     const file: [string, any] = ['document', { filename: 'a.txt', content: 'text' }];
-    for (const fields of [
-      [file],
-      [file, ['use_default_group', 'false']],
-      [file, ['group_ids[]', '']],
-    ] as [string, any][][]) {
+    for (const fields of [[file], [file, ['use_default_group', 'false']], [file, ['group_ids[]', '']]] as [
+      string,
+      any,
+    ][][]) {
       const res = await upload(t, org.orgKey, fields);
       expectV1Error(res, 400, 'invalid_request');
       expect(res.body.error.details).toHaveProperty('group_ids[]');
@@ -204,10 +203,12 @@ describe('document upload', () => {
     ]);
     expectV1Error(empty, 422);
     expect(empty.body.error.details).toEqual({ document: ['must not be empty'] });
-    const [{ n }] = (await t.deps.database.query<{ n: number }>(
-      'select count(*)::int as n from documents where organization_id = $1 and size_bytes = 0',
-      [org.organizationId],
-    )).rows;
+    const [{ n }] = (
+      await t.deps.database.query<{ n: number }>(
+        'select count(*)::int as n from documents where organization_id = $1 and size_bytes = 0',
+        [org.organizationId],
+      )
+    ).rows;
     expect(n).toBe(0);
   });
 
@@ -281,7 +282,10 @@ describe('document reads, access and deletion', () => {
   it('lists newest first, paginated and filtered by processing_status', async () => {
     const done = await uploadAndProcess(t, org.orgKey, 'one.txt', 'First document text.');
     const failed = await uploadAndProcess(t, org.orgKey, 'blank.txt', '   \n  \n');
-    expect(failed).toMatchObject({ processing_status: 'failed', processing_error: 'The document contains no text' });
+    expect(failed).toMatchObject({
+      processing_status: 'failed',
+      processing_error: 'The document contains no text',
+    });
     const third = await uploadAndProcess(t, org.orgKey, 'three.txt', 'Third document text.');
 
     const page1 = await call(t, 'GET', '/api/v1/data_center/documents?page_size=2', { key: org.orgKey });
@@ -332,8 +336,14 @@ describe('document reads, access and deletion', () => {
     const ids = list.body.documents.map((d: any) => d.id);
     expect(ids).toContain(visible.id);
     expect(ids).not.toContain(secret.id);
-    expectStatus(await call(t, 'GET', `/api/v1/data_center/documents/${visible.id}`, { key: member.key }), 200);
-    expectV1Error(await call(t, 'GET', `/api/v1/data_center/documents/${secret.id}`, { key: member.key }), 404);
+    expectStatus(
+      await call(t, 'GET', `/api/v1/data_center/documents/${visible.id}`, { key: member.key }),
+      200,
+    );
+    expectV1Error(
+      await call(t, 'GET', `/api/v1/data_center/documents/${secret.id}`, { key: member.key }),
+      404,
+    );
     // The organization key sees both.
     const all = await call(t, 'GET', '/api/v1/data_center/documents?page_size=100', { key: org.orgKey });
     expect(all.body.documents.map((d: any) => d.id)).toEqual(expect.arrayContaining([visible.id, secret.id]));
@@ -341,7 +351,12 @@ describe('document reads, access and deletion', () => {
 
   it('deletes a document with its bytes and chunks; members only their own uploads', async () => {
     const project = await createProject(t, org, [org.defaultGroupId]);
-    const doc = await uploadAndProcess(t, org.orgKey, 'kiln.md', '# Kiln\n\nThe anagama kiln fires for five days.');
+    const doc = await uploadAndProcess(
+      t,
+      org.orgKey,
+      'kiln.md',
+      '# Kiln\n\nThe anagama kiln fires for five days.',
+    );
     expect(doc.processing_status).toBe('completed');
     const ctx = serviceContext(t, org);
     expect((await searchKnowledge(ctx, { projectId: project, query: 'anagama kiln' }))[0]).toMatchObject({
@@ -355,25 +370,36 @@ describe('document reads, access and deletion', () => {
       'forbidden',
     );
     const own = await uploadFile(t, member.key, 'mine.txt', 'Member upload');
-    expectStatus(await call(t, 'DELETE', `/api/v1/data_center/documents/${own.id}`, { key: member.key }), 200);
+    expectStatus(
+      await call(t, 'DELETE', `/api/v1/data_center/documents/${own.id}`, { key: member.key }),
+      200,
+    );
 
     const deleted = await call(t, 'DELETE', `/api/v1/data_center/documents/${doc.id}`, { key: org.adminKey });
     expectStatus(deleted, 200);
     expect(deleted.body).toEqual({ message: 'Document deleted' });
     const db = t.deps.database.db;
     expect(await db.select().from(documents).where(eq(documents.id, doc.id))).toEqual([]);
-    expect(await db.select().from(documentContents).where(eq(documentContents.documentId, doc.id))).toEqual([]);
+    expect(await db.select().from(documentContents).where(eq(documentContents.documentId, doc.id))).toEqual(
+      [],
+    );
     expect(await db.select().from(documentChunks).where(eq(documentChunks.documentId, doc.id))).toEqual([]);
     expect(await db.select().from(documentGroups).where(eq(documentGroups.documentId, doc.id))).toEqual([]);
     expect(await searchKnowledge(ctx, { projectId: project, query: 'anagama kiln' })).toEqual([]);
     expectV1Error(await call(t, 'GET', `/api/v1/data_center/documents/${doc.id}`, { key: org.orgKey }), 404);
-    expectV1Error(await call(t, 'DELETE', `/api/v1/data_center/documents/${doc.id}`, { key: org.orgKey }), 404);
+    expectV1Error(
+      await call(t, 'DELETE', `/api/v1/data_center/documents/${doc.id}`, { key: org.orgKey }),
+      404,
+    );
   });
 
   it('deleting a document while it waits for processing leaves nothing behind', async () => {
     const pdf = await makePdf([{ paragraphs: ['Short lived.'] }]);
     const doc = await uploadFile(t, org.orgKey, 'short.pdf', pdf);
-    expectStatus(await call(t, 'DELETE', `/api/v1/data_center/documents/${doc.id}`, { key: org.orgKey }), 200);
+    expectStatus(
+      await call(t, 'DELETE', `/api/v1/data_center/documents/${doc.id}`, { key: org.orgKey }),
+      200,
+    );
     await new Promise((resolve) => setTimeout(resolve, 1500));
     const db = t.deps.database.db;
     expect(await db.select().from(documentChunks).where(eq(documentChunks.documentId, doc.id))).toEqual([]);

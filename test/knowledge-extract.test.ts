@@ -26,8 +26,12 @@ const allText = async (bytes: Uint8Array, mediaType: string) => {
 
 describe('media type detection (from content, not the client)', () => {
   it('recognises binary formats by signature whatever the file is called', async () => {
-    expect(await detectMediaType(await makePdf([{ paragraphs: ['hello'] }]), 'notes.txt')).toBe(MEDIA_TYPES.pdf);
-    expect(await detectMediaType(await makeDocx([{ paragraphs: ['hello'] }]), 'x.pdf')).toBe(MEDIA_TYPES.docx);
+    expect(await detectMediaType(await makePdf([{ paragraphs: ['hello'] }]), 'notes.txt')).toBe(
+      MEDIA_TYPES.pdf,
+    );
+    expect(await detectMediaType(await makeDocx([{ paragraphs: ['hello'] }]), 'x.pdf')).toBe(
+      MEDIA_TYPES.docx,
+    );
     expect(await detectMediaType(makePng(4, 4), 'scan.pdf')).toBe('image/png');
   });
 
@@ -83,9 +87,10 @@ describe('text extraction', () => {
   });
 
   it('fails an image-only PDF with no text and says OCR is missing', async () => {
-    const error = await extractDocument(await makePdf([{ image: true }, { image: true }]), MEDIA_TYPES.pdf).catch(
-      (e) => e,
-    );
+    const error = await extractDocument(
+      await makePdf([{ image: true }, { image: true }]),
+      MEDIA_TYPES.pdf,
+    ).catch((e) => e);
     expect(error).toBeInstanceOf(ExtractionError);
     expect(error.message).toMatch(/no extractable text/);
     expect(error.ocrError).toMatch(/^Pages 1-2 of 2 have no text layer/);
@@ -125,7 +130,13 @@ describe('text extraction', () => {
     const result = await allText(text(html), MEDIA_TYPES.html);
     expect(result).toContain('Volcano guide');
     expect(result).toContain('Magma rises & cools.');
-    for (const hidden of ['zzscriptonly', 'zzstyleonly', 'zznavonly', 'zzfooteronly', 'trackingPixelCounter']) {
+    for (const hidden of [
+      'zzscriptonly',
+      'zzstyleonly',
+      'zznavonly',
+      'zzfooteronly',
+      'trackingPixelCounter',
+    ]) {
       expect(result).not.toContain(hidden);
     }
   });
@@ -164,17 +175,19 @@ describe('text extraction', () => {
   });
 
   it('refuses unsupported types and files without text', async () => {
-    await expect(extractDocument(makePng(2, 2), 'image/png')).rejects.toThrow(/Unsupported file type image\/png/);
-    await expect(extractDocument(text('   \n\n  '), MEDIA_TYPES.text)).rejects.toThrow(/contains no text/);
-    await expect(extractDocument(text(makeMarkdown('Only a heading', [])), MEDIA_TYPES.markdown)).rejects.toThrow(
-      /contains no text/,
+    await expect(extractDocument(makePng(2, 2), 'image/png')).rejects.toThrow(
+      /Unsupported file type image\/png/,
     );
+    await expect(extractDocument(text('   \n\n  '), MEDIA_TYPES.text)).rejects.toThrow(/contains no text/);
+    await expect(
+      extractDocument(text(makeMarkdown('Only a heading', [])), MEDIA_TYPES.markdown),
+    ).rejects.toThrow(/contains no text/);
   });
 });
 
 describe('chunking', () => {
   const paragraph = (topic: string, words = 120) =>
-    Array.from({ length: words }, (_, i) => `${topic}${i % 7}`).join(' ') + '.';
+    `${Array.from({ length: words }, (_, i) => `${topic}${i % 7}`).join(' ')}.`;
 
   it('keeps small documents in one chunk with their heading path', () => {
     const chunks = chunkBlocks([
@@ -238,7 +251,9 @@ describe('chunking', () => {
 
 describe('query building', () => {
   it('joins the words of a question with OR for websearch_to_tsquery', () => {
-    expect(orQuery('How do "tidal" lagoons -work, or not?')).toBe('how or do or tidal or lagoons or work or not');
+    expect(orQuery('How do "tidal" lagoons -work, or not?')).toBe(
+      'how or do or tidal or lagoons or work or not',
+    );
     expect(orQuery('   ?! ')).toBe('');
   });
 });
