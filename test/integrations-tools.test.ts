@@ -203,6 +203,29 @@ describe('integrations tool family', () => {
     expect((await run(set.tools)).text).toBe('Fine without it.');
   });
 
+  it('skips a server that just failed for a short while; the tools endpoint always tries again', async () => {
+    const refusing = await startMcpServer({ requireAuthorization: 'Bearer never-given' });
+    onTestFinished(() => refusing.close());
+    const created = await integration({ name: 'Refusing', url: refusing.url });
+    const first = await collectTools(toolFamilies, ['integrations'], scope());
+    expect(first.notes).toHaveLength(1);
+    const attempts = refusing.requests.length;
+    expect(attempts).toBeGreaterThan(0);
+
+    const second = await collectTools(toolFamilies, ['integrations'], scope());
+    expect(second.notes).toEqual(first.notes);
+    expect(refusing.requests.length).toBe(attempts);
+
+    const res = await call(t, 'GET', `/api/v1/integrations/${created.id}/tools`, { key: org.orgKey });
+    expect(res.status).toBe(502);
+    expect(refusing.requests.length).toBeGreaterThan(attempts);
+
+    await mcpPoolFor(t.deps).configure({ retryDownAfterMs: 0 });
+    const before = refusing.requests.length;
+    await collectTools(toolFamilies, ['integrations'], scope());
+    expect(refusing.requests.length).toBeGreaterThan(before);
+  });
+
   it('offers only enabled integrations that apply to the project', async () => {
     const [otherProject] = await t.deps.database.db
       .insert(projects)

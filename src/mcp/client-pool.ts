@@ -31,6 +31,11 @@ export interface McpPoolOptions {
   listTimeoutMs: number;
   /** How long a tool list is reused; a `tools/list_changed` notification drops it sooner. */
   toolsTtlMs: number;
+  /**
+   * After a failed connection, turns skip the server for this long instead of each waiting for
+   * the connect timeout again; `recheck` (the tools endpoint) always tries.
+   */
+  retryDownAfterMs: number;
 }
 
 export const DEFAULT_MCP_POOL_OPTIONS: Omit<McpPoolOptions, 'allowPrivate'> = {
@@ -38,6 +43,7 @@ export const DEFAULT_MCP_POOL_OPTIONS: Omit<McpPoolOptions, 'allowPrivate'> = {
   callTimeoutMs: 60_000,
   listTimeoutMs: 10_000,
   toolsTtlMs: 60_000,
+  retryDownAfterMs: 15_000,
 };
 
 export type McpTransportKind = 'streamable-http' | 'sse';
@@ -50,6 +56,8 @@ export interface McpTool {
 
 export interface CallOptions {
   signal?: AbortSignal;
+  /** Connect even if the server failed moments ago. */
+  recheck?: boolean;
 }
 
 interface Connection {
@@ -78,6 +86,7 @@ export class McpPool {
   private options: McpPoolOptions;
   private guarded: GuardedFetch;
   private readonly entries = new Map<number, Entry>();
+  private readonly failures = new Map<number, { version: string; until: number; error: Error }>();
 
   constructor(options: McpPoolOptions) {
     this.options = options;
@@ -87,6 +96,7 @@ export class McpPool {
   /** Changes timeouts or TTLs (tests, operators); open connections are dropped so new ones use them. */
   async configure(overrides: Partial<McpPoolOptions>): Promise<void> {
     await this.closeConnections();
+    this.failures.clear();
     await this.guarded.close();
     this.options = { ...this.options, ...overrides };
     this.guarded = createGuardedFetch(this.options.allowPrivate, this.options.connectTimeoutMs);
@@ -98,7 +108,7 @@ export class McpPool {
 
   /** The server's tools, from the cache while it is fresh. */
   async listTools(config: McpServerConfig, options: CallOptions = {}): Promise<McpTool[]> {
-    return this.withConnection(config, async (connection) => {
+    return this.withConnection(config, options, async (connection) => {
       const cached = connection.tools;
       if (cached && Date.now() - cached.fetchedAt < this.options.toolsTtlMs) return cached.list;
       return this.loadTools(connection, options.signal);
@@ -112,7 +122,7 @@ export class McpPool {
     args: Record<string, unknown>,
     options: CallOptions = {},
   ): Promise<CallToolResult> {
-    return this.withConnection(config, async (connection) => {
+    return this.withConnection(config, options, async (connection) => {
       const result = await connection.client.callTool({ name, arguments: args }, undefined, {
         timeout: this.options.callTimeoutMs,
         signal: options.signal,
@@ -133,6 +143,7 @@ export class McpPool {
 
   /** Closes the integration's connection (after an edit or a delete). */
   async forget(id: number): Promise<void> {
+    this.failures.delete(id);
     const entry = this.entries.get(id);
     if (!entry) return;
     this.entries.delete(id);
@@ -153,28 +164,41 @@ export class McpPool {
    * Runs `work` on the integration's connection. A connection the server no longer knows (its
    * session expired: 404, spec "Session Management") is replaced once; the request was not processed.
    */
-  private async withConnection<T>(config: McpServerConfig, work: (c: Connection) => Promise<T>): Promise<T> {
-    const connection = await this.connectionFor(config);
+  private async withConnection<T>(
+    config: McpServerConfig,
+    options: CallOptions,
+    work: (c: Connection) => Promise<T>,
+  ): Promise<T> {
+    const connection = await this.connectionFor(config, options.recheck ?? false);
     try {
       return await work(connection);
     } catch (error) {
       if (isTransportFailure(error)) await this.drop(connection);
       if (!(error instanceof StreamableHTTPError && error.code === 404)) throw error;
-      return work(await this.connectionFor(config));
+      return work(await this.connectionFor(config, true));
     }
   }
 
-  private connectionFor(config: McpServerConfig): Promise<Connection> {
+  private connectionFor(config: McpServerConfig, recheck: boolean): Promise<Connection> {
     const existing = this.entries.get(config.id);
     if (existing && existing.version === config.version) return existing.connection;
     if (existing) void this.forget(config.id);
+    const failure = this.failures.get(config.id);
+    if (!recheck && failure && failure.version === config.version && Date.now() < failure.until) {
+      return Promise.reject(failure.error);
+    }
     const connection = this.connect(config);
     const entry: Entry = { version: config.version, connection };
     this.entries.set(config.id, entry);
-    // A failed connection is not kept: the next turn tries again.
-    connection.catch(() => {
-      if (this.entries.get(config.id) === entry) this.entries.delete(config.id);
-    });
+    connection.then(
+      () => this.failures.delete(config.id),
+      (error: Error) => {
+        // A failed connection is not kept; it is remembered briefly so turns do not each wait for it.
+        if (this.entries.get(config.id) === entry) this.entries.delete(config.id);
+        const until = Date.now() + this.options.retryDownAfterMs;
+        this.failures.set(config.id, { version: config.version, until, error });
+      },
+    );
     return connection;
   }
 

@@ -298,7 +298,8 @@ export function namedTools(slug: string, tools: McpTool[]): { modelName: string;
 export async function listIntegrationTools(ctx: ServiceContext, id: number) {
   const row = await findRow(ctx, id);
   try {
-    const tools = await mcpPoolFor(ctx).listTools(serverConfigOf(ctx, row));
+    // An admin checking a server gets a fresh attempt, even right after a failure.
+    const tools = await mcpPoolFor(ctx).listTools(serverConfigOf(ctx, row), { recheck: true });
     return namedTools(row.slug, tools);
   } catch (error) {
     ctx.log.warn({ integrationId: id, reason: describeMcpError(error) }, 'tool server unavailable');
