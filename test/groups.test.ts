@@ -1,3 +1,4 @@
+import SwaggerParser from '@apidevtools/swagger-parser';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   buildTestApp,
@@ -262,5 +263,66 @@ describe('groups', () => {
       }),
       403,
     );
+  });
+});
+
+describe('management endpoints in /openapi.json', () => {
+  it('documents every endpoint with its request and response schemas', async () => {
+    const t = await buildTestApp();
+    try {
+      const res = await call(t, 'GET', '/openapi.json');
+      expectStatus(res, 200);
+      await SwaggerParser.validate(structuredClone(res.body));
+      const paths = res.body.paths;
+      const expected: [string, string, number, boolean][] = [
+        ['/api/v1/groups', 'get', 200, false],
+        ['/api/v1/groups', 'post', 201, true],
+        ['/api/v1/groups/{id}', 'get', 200, false],
+        ['/api/v1/groups/{id}', 'put', 200, true],
+        ['/api/v1/groups/{id}', 'delete', 200, false],
+        ['/api/v1/groups/{id}/members', 'post', 201, true],
+        ['/api/v1/groups/{id}/members/{user_id}', 'delete', 200, false],
+        ['/api/v1/categories', 'get', 200, false],
+        ['/api/v1/categories', 'post', 201, true],
+        ['/api/v1/categories/{id}', 'get', 200, false],
+        ['/api/v1/categories/{id}', 'put', 200, true],
+        ['/api/v1/categories/{id}', 'delete', 200, false],
+        ['/api/v1/projects', 'get', 200, false],
+        ['/api/v1/projects', 'post', 201, true],
+        ['/api/v1/projects/{id}', 'get', 200, false],
+        ['/api/v1/projects/{id}', 'put', 200, true],
+        ['/api/v1/projects/{id}', 'delete', 200, false],
+        ['/api/v1/projects/{id}/archive', 'post', 200, false],
+        ['/api/v1/projects/{id}/webhooks', 'get', 200, false],
+        ['/api/v1/projects/{id}/webhooks', 'post', 201, true],
+        ['/api/v1/projects/{id}/webhooks/{webhook_id}', 'delete', 200, false],
+        ['/api/v1/artifact_types', 'get', 200, false],
+        ['/api/v1/artifact_types', 'post', 201, true],
+        ['/api/v1/artifact_types/{id}', 'put', 200, true],
+        ['/api/v1/artifact_types/{id}', 'delete', 200, false],
+        ['/api/v1/artifact_types/{artifact_type_slug}/skills', 'get', 200, false],
+        ['/api/v1/artifact_types/{artifact_type_slug}/prompt_templates', 'get', 200, false],
+        ['/api/v1/skills', 'get', 200, false],
+        ['/api/v1/skills', 'post', 201, true],
+        ['/api/v1/skills/{id}', 'put', 200, true],
+        ['/api/v1/model_configurations', 'post', 201, true],
+        ['/api/v1/model_configurations/{id}', 'put', 200, true],
+        ['/api/v1/agents', 'post', 201, true],
+        ['/api/v1/agents/{id}', 'put', 200, true],
+      ];
+      for (const [path, method, status, hasBody] of expected) {
+        const operation = paths[path]?.[method];
+        expect({ path, method, documented: Boolean(operation) }).toEqual({ path, method, documented: true });
+        expect(operation.responses[status].content['application/json'].schema).toBeTruthy();
+        expect(operation.responses[422]).toBeTruthy();
+        if (hasBody) expect(operation.requestBody.content['application/json'].schema).toBeTruthy();
+      }
+      expect(paths['/api/v1/artifact_types/{artifact_type_slug}/prompt_templates'].get.deprecated).toBe(true);
+      const model = JSON.stringify(paths['/api/v1/model_configurations'].post.responses[201]);
+      expect(model).toContain('has_api_key');
+      expect(model).not.toContain('"api_key"');
+    } finally {
+      await t.close();
+    }
   });
 });

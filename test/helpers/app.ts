@@ -6,7 +6,6 @@ import { expect } from 'vitest';
 import { buildApp } from '../../src/app.js';
 import { loadConfig } from '../../src/config.js';
 import { createSecretBox } from '../../src/crypto/secret-box.js';
-import { projectGroups, projects } from '../../src/db/schema/index.js';
 import type { AppDeps } from '../../src/http/context.js';
 import { createJobQueue } from '../../src/jobs/queue.js';
 import { registerWorkers } from '../../src/jobs/workers.js';
@@ -167,11 +166,12 @@ export async function createOrg(
   });
   expectStatus(personal, 201);
   const defaultGroupId = created.body.user.group_ids[0] as number;
-  const [project] = await t.deps.database.db
-    .insert(projects)
-    .values({ organizationId: created.body.organization.id, name: 'Test project' })
-    .returning({ id: projects.id });
-  await t.deps.database.db.insert(projectGroups).values({ projectId: project.id, groupId: defaultGroupId });
+  const projectRes = await call(t, 'POST', '/api/v1/projects', {
+    key: orgKey,
+    body: { name: 'Test project', use_default_group: true },
+  });
+  expectStatus(projectRes, 201);
+  const project = { id: projectRes.body.project.id as number };
   return {
     organizationId: created.body.organization.id,
     orgKey,
