@@ -175,6 +175,8 @@ describe('integrations API', () => {
       key: org.orgKey,
     });
     expectV1Error(refused, 502, 'integration_unavailable');
+    expect(refused.body.error.message).toContain('401');
+    expect(refused.body.error.message).toContain('[redacted]');
     expect(refused.raw.body).not.toContain('Bearer nope');
   });
 

@@ -223,7 +223,7 @@ export class McpPool {
       // Checked again here: OUTBOUND_ALLOW_PRIVATE may have changed since the URL was saved.
       url = checkOutboundUrl(config.url, this.options.allowPrivate);
     } catch (error) {
-      throw new McpUnavailableError(describeMcpError(error));
+      throw new McpUnavailableError(describeMcpError(error, secretsOf(config)));
     }
     const transportOptions = { fetch: this.guarded.fetch, requestInit: { headers: config.headers } };
     try {
@@ -236,11 +236,14 @@ export class McpPool {
       // 4xx to the initialize POST: a server of the older HTTP+SSE transport (spec "Backwards Compatibility").
       const older =
         error instanceof StreamableHTTPError && (error.code ?? 0) >= 400 && (error.code ?? 0) < 500;
-      if (!older) throw new McpUnavailableError(describeMcpError(error));
+      if (!older) throw new McpUnavailableError(describeMcpError(error, secretsOf(config)));
       try {
         return await this.handshake(config, 'sse', new SSEClientTransport(url, transportOptions));
       } catch (sseError) {
-        throw new McpUnavailableError(describeMcpError(sseError));
+        const secrets = secretsOf(config);
+        throw new McpUnavailableError(
+          `${describeMcpError(error, secrets)}; with HTTP+SSE: ${describeMcpError(sseError, secrets)}`,
+        );
       }
     }
   }
@@ -326,6 +329,9 @@ export class McpPool {
     return loading;
   }
 }
+
+/** The header values of a server, to keep out of error messages. */
+export const secretsOf = (config: McpServerConfig) => Object.values(config.headers);
 
 /** Errors that say the connection itself is broken (not a tool's or the protocol's answer). */
 function isTransportFailure(error: unknown): boolean {

@@ -21,7 +21,7 @@ export class McpTimeoutError extends Error {
  * A short, single-line reason safe to show to API clients and the model: the servers' messages
  * and network errors, never the request (headers carry credentials).
  */
-export function describeMcpError(error: unknown): string {
+export function describeMcpError(error: unknown, secrets: string[] = []): string {
   if (error instanceof McpError && error.code === ErrorCode.RequestTimeout) return 'the request timed out';
   if (error instanceof OutboundUrlError) return `the URL ${error.message}`;
   const e = error as { message?: unknown; cause?: { code?: unknown; message?: unknown } } | null;
@@ -31,6 +31,8 @@ export function describeMcpError(error: unknown): string {
   if (text === 'fetch failed' && cause) {
     text = typeof cause.code === 'string' ? `connection failed (${cause.code})` : String(cause.message);
   }
+  // A server may echo the request in its error text; the header values never leave this process.
+  for (const secret of secrets) if (secret.length >= 4) text = text.split(secret).join('[redacted]');
   text = text.replace(/\s+/g, ' ').trim();
   return text.length > MAX_DETAIL ? `${text.slice(0, MAX_DETAIL)}…` : text;
 }

@@ -137,7 +137,8 @@ export async function startMcpServer(options: McpServerOptions = {}): Promise<Te
     const rpc = messages.map((m) => (m as { method?: string })?.method).filter((m) => typeof m === 'string');
     requests.push({ method: req.method ?? 'GET', path, headers: { ...req.headers }, rpc });
     if (options.requireAuthorization && req.headers.authorization !== options.requireAuthorization) {
-      return send(res, 401, { error: 'unauthorized' });
+      // Like some real servers, it echoes what it got: the client must not pass that on.
+      return send(res, 401, { error: 'unauthorized', received: req.headers.authorization ?? null });
     }
     if (kind === 'streamable-http') {
       if (path !== '/mcp') return send(res, 404, { error: 'not found' });

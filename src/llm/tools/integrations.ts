@@ -1,7 +1,7 @@
 import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js';
 import { type JSONSchema7, jsonSchema, type Tool, tool } from 'ai';
 import type { IntegrationRow } from '../../db/schema/index.js';
-import type { McpPool, McpServerConfig, McpTool } from '../../mcp/client-pool.js';
+import { type McpPool, type McpServerConfig, type McpTool, secretsOf } from '../../mcp/client-pool.js';
 import { describeMcpError, McpToolError } from '../../mcp/errors.js';
 import { mcpPoolFor } from '../../mcp/pools.js';
 import {
@@ -24,18 +24,20 @@ export const integrationTools: ToolFamily = async (scope) => {
   const { ctx } = scope;
   const pool = mcpPoolFor(ctx);
   const rows = await integrationsForProject(ctx, scope.projectId);
+  const configs = rows.map((row) => serverConfigOf(ctx, row));
   const listed = await Promise.allSettled(
-    rows.map(async (row) => {
-      const config = serverConfigOf(ctx, row);
-      return { row, config, tools: await pool.listTools(config, { signal: scope.signal }) };
-    }),
+    configs.map((config) => pool.listTools(config, { signal: scope.signal })),
   );
   const set: ToolSet = { tools: {}, notes: [] };
   listed.forEach((outcome, i) => {
     const row = rows[i];
     if (outcome.status === 'rejected') {
       ctx.log.warn(
-        { integrationId: row.id, integration: row.name, reason: describeMcpError(outcome.reason) },
+        {
+          integrationId: row.id,
+          integration: row.name,
+          reason: describeMcpError(outcome.reason, secretsOf(configs[i])),
+        },
         'tool server unavailable for this turn',
       );
       set.notes.push(
@@ -43,8 +45,8 @@ export const integrationTools: ToolFamily = async (scope) => {
       );
       return;
     }
-    for (const { modelName, tool: serverTool } of namedTools(row.slug, outcome.value.tools)) {
-      set.tools[modelName] = integrationTool(pool, scope, row, outcome.value.config, serverTool);
+    for (const { modelName, tool: serverTool } of namedTools(row.slug, outcome.value)) {
+      set.tools[modelName] = integrationTool(pool, scope, row, configs[i], serverTool);
     }
   });
   return set;
@@ -74,7 +76,7 @@ function integrationTool(
           signal: abortSignal ?? scope.signal,
         });
       } catch (error) {
-        throw new McpToolError(callFailure(pool, error));
+        throw new McpToolError(callFailure(pool, config, error));
       }
       // The server ran the tool and said it failed: a failed tool execution, not a broken turn.
       if (result.isError) throw new McpToolError(errorTextOf(result));
@@ -84,12 +86,13 @@ function integrationTool(
   });
 }
 
-function callFailure(pool: McpPool, error: unknown): string {
+function callFailure(pool: McpPool, config: McpServerConfig, error: unknown): string {
   if (error instanceof McpError && error.code === ErrorCode.RequestTimeout) {
     return `The tool did not answer within ${pool.settings.callTimeoutMs} ms`;
   }
-  if (error instanceof McpError) return `The tool server refused the call: ${describeMcpError(error)}`;
-  return `The tool server could not be reached: ${describeMcpError(error)}`;
+  if (error instanceof McpError)
+    return `The tool server refused the call: ${describeMcpError(error, secretsOf(config))}`;
+  return `The tool server could not be reached: ${describeMcpError(error, secretsOf(config))}`;
 }
 
 /** Providers want an object schema with `properties`; MCP only promises `type: "object"`. */

@@ -5,7 +5,7 @@ import type { ServiceContext } from '../../http/context.js';
 import { ApiError, type Details, notFound, unprocessable } from '../../http/errors.js';
 import { offsetOf, type PageQuery } from '../../http/pagination.js';
 import { requireAdmin } from '../../http/policies.js';
-import type { McpServerConfig, McpTool } from '../../mcp/client-pool.js';
+import { type McpServerConfig, type McpTool, secretsOf } from '../../mcp/client-pool.js';
 import { describeMcpError } from '../../mcp/errors.js';
 import { mcpPoolFor } from '../../mcp/pools.js';
 import { namespacedToolName } from '../../mcp/tool-names.js';
@@ -297,16 +297,14 @@ export function namedTools(slug: string, tools: McpTool[]): { modelName: string;
 
 export async function listIntegrationTools(ctx: ServiceContext, id: number) {
   const row = await findRow(ctx, id);
+  const config = serverConfigOf(ctx, row);
   try {
     // An admin checking a server gets a fresh attempt, even right after a failure.
-    const tools = await mcpPoolFor(ctx).listTools(serverConfigOf(ctx, row), { recheck: true });
+    const tools = await mcpPoolFor(ctx).listTools(config, { recheck: true });
     return namedTools(row.slug, tools);
   } catch (error) {
-    ctx.log.warn({ integrationId: id, reason: describeMcpError(error) }, 'tool server unavailable');
-    throw new ApiError(
-      502,
-      'integration_unavailable',
-      `The tool server could not be reached: ${describeMcpError(error)}`,
-    );
+    const reason = describeMcpError(error, secretsOf(config));
+    ctx.log.warn({ integrationId: id, reason }, 'tool server unavailable');
+    throw new ApiError(502, 'integration_unavailable', `The tool server could not be reached: ${reason}`);
   }
 }
