@@ -33,6 +33,8 @@ export interface SearchRequest {
 
 /** Candidates taken from each ranking before fusion. */
 const CANDIDATES = 50;
+/** Passages ranked by `ts_rank_cd` before the term-coverage re-ranking. */
+const PRESELECT = 200;
 /** Reciprocal rank fusion constant (Cormack et al. 2009). */
 const RRF_K = 60;
 const MAX_QUERY_TERMS = 32;
@@ -76,19 +78,27 @@ const baseConditions = (request: SearchRequest) =>
 /**
  * Full-text ranking: `ts_rank_cd` (cover density, with the heading context weighted above the
  * body), scaled by how many of the query's distinct terms the passage contains, so a passage
- * matching three words of the question beats one repeating a single word.
+ * matching three words of the question beats one repeating a single word. Counting terms costs a
+ * match per term, so it runs only on the best `PRESELECT` passages by `ts_rank_cd`.
  */
 async function fullTextSearch(database: Database, request: SearchRequest, text: string): Promise<Ranked[]> {
   const query = sql`websearch_to_tsquery('english', ${text})`;
-  const matchedTerms = sql`(select count(*) from unnest(tsvector_to_array(to_tsvector('english', ${text}))) as term(lexeme)
-      where ${documentChunks.search} @@ (quote_literal(term.lexeme)::tsquery))`;
-  const score = sql<number>`(ts_rank_cd(${documentChunks.search}, ${query}, 1) * (1 + ${matchedTerms}))::float8`;
-  const rows = await database.db
-    .select({ chunkId: documentChunks.id, score })
+  const rank = sql<number>`ts_rank_cd(${documentChunks.search}, ${query}, 1)`;
+  const preselected = database.db
+    .select({ chunkId: documentChunks.id, search: documentChunks.search, rank: rank.as('rank') })
     .from(documentChunks)
     .innerJoin(documents, eq(documents.id, documentChunks.documentId))
     .where(and(baseConditions(request), sql`${documentChunks.search} @@ ${query}`))
-    .orderBy(desc(score), asc(documentChunks.id))
+    .orderBy(desc(rank), asc(documentChunks.id))
+    .limit(PRESELECT)
+    .as('preselected');
+  const matchedTerms = sql`(select count(*) from unnest(tsvector_to_array(to_tsvector('english', ${text}))) as term(lexeme)
+      where ${preselected.search} @@ (quote_literal(term.lexeme)::tsquery))`;
+  const score = sql<number>`(${preselected.rank} * (1 + ${matchedTerms}))::float8`;
+  const rows = await database.db
+    .select({ chunkId: preselected.chunkId, score })
+    .from(preselected)
+    .orderBy(desc(score), asc(preselected.chunkId))
     .limit(CANDIDATES);
   return rows.map((row) => ({ chunkId: row.chunkId, score: Number(row.score) }));
 }
