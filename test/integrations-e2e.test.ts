@@ -13,6 +13,7 @@ import {
   addModel,
   type ChatTestApp,
   eventNames,
+  eventually,
   postStream,
   startChatApp,
   streamedText,
@@ -212,7 +213,7 @@ describe('chat turns with connected tool servers', () => {
 });
 
 describe('artifact generation with connected tool servers', () => {
-  it('calls tools while generating (blocking, streaming) and refining, recorded in chat_history', async () => {
+  it('calls tools while generating (blocking, streaming, fire-and-forget) and refining, recorded in chat_history', async () => {
     const org = await orgWithTools();
     await useFakeModel(t, org, model);
     const type = await createArtifactType(t, org, 'report', 'Report');
@@ -301,5 +302,40 @@ describe('artifact generation with connected tool servers', () => {
       error: expect.anything(),
     });
     expect(JSON.stringify(read.body.artifact.chat_history[1].error)).toContain('The widget is broken');
+
+    // Fire-and-forget: the background job runs the same tools.
+    model.reset();
+    model.enqueue(
+      { toolCalls: [{ id: 'bg_add', name: 'desk__add', arguments: { a: 1, b: 2 } }] },
+      { text: '# Background\n\nThree.' },
+    );
+    const accepted = await call(
+      t,
+      'POST',
+      `/api/v1/artifact_types/report/artifacts?project_id=${org.projectId}`,
+      {
+        key: org.orgKey,
+        body: { skill_id: skill.id, inputs: [], name: 'Background', fire_and_forget: true },
+      },
+    );
+    expectStatus(accepted, 200);
+    const requestId = accepted.body.api_async_create_event_id;
+    const finished = await eventually(async () => {
+      const status = await call(t, 'GET', `/api/v1/async_requests/${requestId}`, { key: org.orgKey });
+      expect(status.body.async_request.status).toBe('generated');
+      return status.body.async_request;
+    }, 15_000);
+    const background = await call(
+      t,
+      'GET',
+      `/api/v1/artifact_types/report/artifacts/${finished.artifact_id}`,
+      {
+        key: org.orgKey,
+      },
+    );
+    expect(background.body.artifact.chat_history).toContainEqual(
+      expect.objectContaining({ role: 'tool', tool_name: 'desk__add', tool_call_id: 'bg_add', error: null }),
+    );
+    expect(mcp.calls.at(-1)).toEqual({ name: 'add', args: { a: 1, b: 2 } });
   });
 });
