@@ -695,6 +695,60 @@ describe('chat turns against a model server', () => {
       expect(stale.status).toBe('expired');
     });
   });
+
+  describe('shutdown', () => {
+    it('lets a running turn finish when the app closes within the grace period', async () => {
+      const org = await orgWithFakeModel(t);
+      const chat = await newChat(t, org);
+      const other = await startSibling(t, { turnSettings: { leaseMs: 600 } });
+      server.enqueue({ text: 'Finished before exit', firstTokenDelayMs: 400 });
+      const stream = postStream(other.baseUrl, `/api/v2/chats/${chat.id}/messages`, org.orgKey, {
+        content: 'Hi',
+        stream: true,
+      });
+      await server.waitForRequests(1);
+      await other.app.close();
+      const res = await stream;
+      expect(eventNames(res.events)).toEqual(['content', 'content', 'content', 'done']);
+      expect((await historyOf(t, org, chat.id)).map((m) => m.content)).toEqual([
+        'Hi',
+        'Finished before exit',
+      ]);
+    });
+
+    it('cancels turns still running when the grace period is over, telling the client and freeing the chat', async () => {
+      const org = await orgWithFakeModel(t);
+      const chat = await newChat(t, org);
+      // 3 s of grace leaves none for turns (3 s are kept to record the cancellation).
+      const other = await startSibling(t, { config: { ...t.deps.config, shutdownGraceMs: 3000 } });
+      server.enqueue({ hang: true });
+      const stream = postStream(other.baseUrl, `/api/v2/chats/${chat.id}/messages`, org.orgKey, {
+        content: 'Hi',
+        stream: true,
+      });
+      await server.waitForRequests(1);
+      await other.app.close();
+      const res = await stream;
+      expect(res.events).toEqual([
+        { event: 'error', data: { message: expect.stringMatching(/shut down/), code: 500 } },
+      ]);
+      const rows = await t.deps.database.db
+        .select()
+        .from(chatMessages)
+        .where(eq(chatMessages.chatId, chat.id));
+      expect(rows.map((r) => r.status)).toEqual(['cancelled', 'cancelled']);
+      const turns = await t.deps.database.db.select().from(chatTurns).where(eq(chatTurns.chatId, chat.id));
+      expect(turns.map((turn) => turn.status)).toEqual(['cancelled']);
+      server.enqueue({ text: 'Back' });
+      expectStatus(
+        await call(t, 'POST', `/api/v2/chats/${chat.id}/messages`, {
+          key: org.orgKey,
+          body: { content: 'Hi' },
+        }),
+        200,
+      );
+    });
+  });
 });
 
 describe('reply timeout (504)', () => {

@@ -23,8 +23,12 @@ export function createChatRuntime(app: FastifyInstance): ChatRuntime {
     settings: { ...DEFAULT_TURN_SETTINGS, ...deps.turnSettings },
     log: app.log,
   });
-  app.addHook('onClose', async () => {
+  // preClose runs before the server waits for open connections, so streams of running turns end
+  // (with their reply, or a cancellation) instead of holding the shutdown up.
+  app.addHook('preClose', async () => {
     await runner.close(Math.max(0, deps.config.shutdownGraceMs - CANCEL_MARGIN_MS));
+  });
+  app.addHook('onClose', async () => {
     ownHub?.clear();
   });
   return { runner, hub };
