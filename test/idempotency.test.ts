@@ -68,3 +68,47 @@ describe('Idempotency-Key on POST', () => {
     expectV1Error(await createUser(org.orgKey, 'x'.repeat(256), 'long@example.com'), 400);
   });
 });
+
+describe('Idempotency-Key storage', () => {
+  it('keeps stored responses encrypted, since they may hold a secret shown once', async () => {
+    const t = await buildTestApp();
+    try {
+      const org = await createOrg(t);
+      const res = await call(t, 'POST', '/api/v1/api_keys', {
+        key: org.orgKey,
+        body: { kind: 'organization' },
+        headers: { 'idempotency-key': 'secret-1' },
+      });
+      expectStatus(res, 201);
+      const [row] = await t.deps.database.db
+        .select()
+        .from(idempotencyKeys)
+        .where(eq(idempotencyKeys.key, 'secret-1'));
+      expect(row.responseBody).not.toContain(res.body.key);
+      const replay = await call(t, 'POST', '/api/v1/api_keys', {
+        key: org.orgKey,
+        body: { kind: 'organization' },
+        headers: { 'idempotency-key': 'secret-1' },
+      });
+      expect(replay.body.key).toBe(res.body.key);
+    } finally {
+      await t.close();
+    }
+  });
+
+  it('answers 400 for a NUL character instead of a database error', async () => {
+    const t = await buildTestApp();
+    try {
+      const org = await createOrg(t);
+      expectV1Error(
+        await call(t, 'POST', '/api/v1/users', {
+          key: org.orgKey,
+          body: { email: 'a@b.co', name: 'nul\u0000' },
+        }),
+        400,
+      );
+    } finally {
+      await t.close();
+    }
+  });
+});

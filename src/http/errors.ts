@@ -116,6 +116,8 @@ function fromDatabase(state: string | undefined): ApiError | null {
     case '22P02':
     case '22003':
     case '22001':
+    case '22021':
+    case '22P05':
       return badRequest('A parameter is out of range or malformed');
     default:
       return null;

@@ -30,7 +30,7 @@ function requestHash(request: FastifyRequest): string {
  * `setIdempotentStream`) so a repeat can reattach instead.
  */
 export function registerIdempotency(app: FastifyInstance, options: { lockMs: number }) {
-  const { database } = app.deps;
+  const { database, secrets } = app.deps;
   app.decorateRequest('idempotencyId', null);
   app.decorateRequest('idempotencyStream', null);
 
@@ -91,7 +91,7 @@ export function registerIdempotency(app: FastifyInstance, options: { lockMs: num
     if (row.state === 'completed' && row.statusCode !== null) {
       reply.header('idempotent-replayed', 'true');
       if (row.contentType) reply.type(row.contentType);
-      return reply.status(row.statusCode).send(row.responseBody ?? '');
+      return reply.status(row.statusCode).send(row.responseBody ? secrets.decrypt(row.responseBody) : '');
     }
     if (row.streamRef) {
       request.idempotencyStream = row.streamRef;
@@ -126,8 +126,10 @@ export function registerIdempotency(app: FastifyInstance, options: { lockMs: num
         state: 'completed',
         statusCode: reply.statusCode,
         contentType: String(reply.getHeader('content-type') ?? 'application/json'),
-        responseBody:
+        // Encrypted: a first response may hold a secret shown once (an API key, a webhook secret).
+        responseBody: secrets.encrypt(
           typeof payload === 'string' ? payload : Buffer.isBuffer(payload) ? payload.toString('utf8') : '',
+        ),
       })
       .where(eq(idempotencyKeys.id, id));
     return payload;
