@@ -1,6 +1,8 @@
 import os from 'node:os';
+import { tool } from 'ai';
 import { and, eq, sql } from 'drizzle-orm';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
 import { type Database, openDatabase } from '../src/db/client.js';
 import {
   agentSkills,
@@ -299,6 +301,48 @@ describe('chat turns against a model server', () => {
         result: null,
         error: { message: 'The search index is offline' },
       });
+    });
+
+    it('a tool slower than the model idle limit does not time the turn out; its run time is measured', async () => {
+      const org = await orgWithFakeModel(t);
+      const chat = await newChat(t, org);
+      const slow = await startSibling(t, {
+        turnSettings: { modelIdleMs: 300 },
+        toolFamilies: {
+          knowledge: async () => ({
+            tools: {
+              slow_lookup: tool({
+                description: 'Takes its time',
+                inputSchema: z.object({}),
+                execute: async () => {
+                  await sleep(700);
+                  return { found: true };
+                },
+              }),
+            },
+            notes: [],
+          }),
+        },
+      });
+      try {
+        server.enqueue({ toolCalls: [{ name: 'slow_lookup', arguments: {} }] }, { text: 'Found it.' });
+        const res = await call(slow.api, 'POST', `/api/v2/chats/${chat.id}/messages`, {
+          key: org.orgKey,
+          body: { content: 'Look it up' },
+        });
+        expectStatus(res, 200);
+        const [execution] = res.body.response.message.tool_executions;
+        expect(execution).toMatchObject({
+          tool_name: 'slow_lookup',
+          status: 'completed',
+          parameters: {},
+          result: { found: true },
+        });
+        expect(execution.execution_time_ms).toBeGreaterThanOrEqual(650);
+        expect(execution.execution_time_ms).toBeLessThan(5000);
+      } finally {
+        await slow.app.close();
+      }
     });
   });
 

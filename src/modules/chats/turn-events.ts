@@ -93,6 +93,8 @@ export class InProcessTurnEventHub implements TurnEventHub {
     log.listeners.add(listener);
     return () => {
       log.listeners.delete(listener);
+      // A log that never got an event (no such turn here) must not linger.
+      if (log.listeners.size === 0 && log.events.length === 0) this.turns.delete(turnId);
     };
   }
 
