@@ -105,9 +105,9 @@ async function fullTextSearch(database: Database, request: SearchRequest, text: 
 
 /** Nearest chunks by cosine distance, when the organization embeds and this database has pgvector. */
 async function vectorSearch(deps: SearchDeps, request: SearchRequest): Promise<Ranked[]> {
-  if (!(await vectorStoreAvailable(deps.database, deps.log))) return [];
   const choice = await embeddingModelFor(deps.database.db, deps.secrets, request.organizationId);
   if (!choice?.model) return [];
+  if (!(await vectorStoreAvailable(deps.database, deps.log))) return [];
   let vector: number[];
   try {
     vector = await embedQuery(choice.model, request.query, request.signal);
