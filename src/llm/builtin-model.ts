@@ -194,7 +194,8 @@ function knowledgeAnswer(output: LanguageModelV3ToolResultOutput | unknown, quer
   const passages = extractPassages(output);
   if (passages.length === 0) {
     const about = query ? ` for "${shorten(singleLine(query), MAX_ECHO_CHARS)}"` : '';
-    return `I searched the knowledge base${about} but found nothing relevant.`;
+    // A fresh install has an empty knowledge base: still say how to get real answers.
+    return `I searched the knowledge base${about} but found nothing relevant.\n\n${noProviderText(query, false)}`;
   }
   // Stable sort keeps the search's own order among equal scores.
   const best = passages
