@@ -12,15 +12,15 @@ import { registerIdempotency } from './http/idempotency.js';
 import { validatorCompiler } from './http/validation.js';
 import { agentRoutes } from './modules/agents/routes.js';
 import { apiKeyRoutes } from './modules/api-keys/routes.js';
+import { hashKey } from './modules/api-keys/secrets.js';
 import { artifactTypeRoutes } from './modules/artifact-types/routes.js';
 import { artifactRoutes } from './modules/artifacts/routes.js';
 import { asyncRequestRoutes } from './modules/async-requests/routes.js';
-import { hashKey } from './modules/api-keys/secrets.js';
-import { integrationRoutes } from './modules/integrations/routes.js';
 import { categoryRoutes } from './modules/categories/routes.js';
 import { chatRoutes } from './modules/chats/routes.js';
 import { documentRoutes } from './modules/documents/routes.js';
 import { groupRoutes } from './modules/groups/routes.js';
+import { integrationRoutes } from './modules/integrations/routes.js';
 import { modelConfigurationRoutes } from './modules/model-configurations/routes.js';
 import { registerMetrics } from './modules/operations/metrics.js';
 import { operationRoutes } from './modules/operations/routes.js';
@@ -34,7 +34,25 @@ import { userRoutes } from './modules/users/routes.js';
 import { webhookDeliveryRoutes } from './modules/webhook-deliveries/routes.js';
 
 /** Route plugins of each API family, registered under its prefix. */
-const v1Modules = [organizationRoutes, userRoutes, apiKeyRoutes, usageRoutes, groupRoutes, categoryRoutes, projectRoutes, integrationRoutes, artifactRoutes, artifactTypeRoutes, skillRoutes, webhookDeliveryRoutes, modelConfigurationRoutes, documentRoutes, agentRoutes, projectWebhookRoutes, asyncRequestRoutes];
+const v1Modules = [
+  organizationRoutes,
+  userRoutes,
+  apiKeyRoutes,
+  usageRoutes,
+  groupRoutes,
+  categoryRoutes,
+  projectRoutes,
+  projectWebhookRoutes,
+  artifactTypeRoutes,
+  skillRoutes,
+  agentRoutes,
+  modelConfigurationRoutes,
+  integrationRoutes,
+  artifactRoutes,
+  documentRoutes,
+  webhookDeliveryRoutes,
+  asyncRequestRoutes,
+];
 const v2Modules: (typeof v1Modules)[number][] = [chatRoutes];
 
 export interface BuildOptions {

@@ -1,10 +1,11 @@
 // Every table of the service; drizzle-kit generates migrations from this file.
-export * from './core.js';
-export * from './management.js';
+
 export * from './artifacts.js';
-export * from './integrations.js';
-export * from './idempotency.js';
-export * from './documents.js';
-export * from './chats.js';
-export * from './webhook-deliveries.js';
 export * from './async-requests.js';
+export * from './chats.js';
+export * from './core.js';
+export * from './documents.js';
+export * from './idempotency.js';
+export * from './integrations.js';
+export * from './management.js';
+export * from './webhook-deliveries.js';

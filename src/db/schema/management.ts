@@ -94,9 +94,7 @@ export const skills = pgTable(
     ...timestamps,
   },
   (t) => [
-    uniqueIndex('skills_org_slug_unique')
-      .on(t.organizationId, t.slug)
-      .where(sql`${t.deletedAt} is null`),
+    uniqueIndex('skills_org_slug_unique').on(t.organizationId, t.slug).where(sql`${t.deletedAt} is null`),
   ],
 );
 
