@@ -18,6 +18,10 @@ export interface Config {
   webhookRetryBaseMs: number;
   uploadMaxBytes: number;
   shutdownGraceMs: number;
+  /** A chat turn's lease: how soon a turn of a process that died stops blocking its chat. */
+  turnLeaseMs: number;
+  /** A model silent this long fails the turn. */
+  modelIdleTimeoutMs: number;
   logLevel: string;
 }
 
@@ -121,6 +125,8 @@ export function loadConfig(env: Env = process.env): Config {
     webhookRetryBaseMs: integer(env, 'WEBHOOK_RETRY_BASE_MS', 10_000, 1),
     uploadMaxBytes: integer(env, 'UPLOAD_MAX_BYTES', 50 * 1024 * 1024, 1),
     shutdownGraceMs: integer(env, 'SHUTDOWN_GRACE_MS', 25_000, 0),
+    turnLeaseMs: integer(env, 'TURN_LEASE_MS', 60_000, 1000),
+    modelIdleTimeoutMs: integer(env, 'MODEL_IDLE_TIMEOUT_MS', 120_000, 1000),
     logLevel,
   };
 }

@@ -17,7 +17,13 @@ async function main() {
   const jobs = await createJobQueue(database, {
     onError: (err) => queueLog.log?.error({ err }, 'background job queue error'),
   });
-  const deps = { config, database, secrets: createSecretBox(secret.secret), jobs };
+  const deps = {
+    config,
+    database,
+    secrets: createSecretBox(secret.secret),
+    jobs,
+    turnSettings: { leaseMs: config.turnLeaseMs, modelIdleMs: config.modelIdleTimeoutMs },
+  };
   const app = await buildApp(deps);
   queueLog.log = app.log;
   if (secret.generated && database.kind === 'postgres') {
