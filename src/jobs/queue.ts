@@ -174,6 +174,31 @@ export async function installJobSchema(database: Database): Promise<void> {
   await executor.executeSql(PgBoss.getConstructionPlans(JOB_SCHEMA));
 }
 
+/** Session advisory lock serializing pg-boss schema set-up between processes starting together. */
+const START_LOCK = 7265618;
+/** Transaction advisory lock taken while creating a queue. */
+const QUEUE_LOCK = 7265619;
+
+/**
+ * pg-boss creates its schema inside its own advisory lock, but a process that waited on that
+ * lock can still miss the schema the other just created (its catalog snapshot predates it) and
+ * fail with a duplicate key. Waiting on a lock taken in an earlier transaction avoids that.
+ */
+async function startSerialized(database: Database, start: () => Promise<unknown>) {
+  if (!database.pool) {
+    await start();
+    return;
+  }
+  const client = await database.pool.connect();
+  try {
+    await client.query('select pg_advisory_lock($1)', [START_LOCK]);
+    await start();
+  } finally {
+    await client.query('select pg_advisory_unlock($1)', [START_LOCK]).catch(() => {});
+    client.release();
+  }
+}
+
 export async function createJobQueue(database: Database, options: JobQueueOptions = {}): Promise<JobQueue> {
   const onError = options.onError ?? ((err: unknown) => console.error('job queue error', err));
   const executor = trackedExecutor(baseExecutor(database), onError);
@@ -208,12 +233,17 @@ export async function createJobQueue(database: Database, options: JobQueueOption
 
   async function ensureQueue(name: string, executor?: Executor): Promise<void> {
     if (knownQueues.has(name)) return;
-    // create_queue is idempotent; inside a caller's transaction it commits (or not) with it,
-    // so only creations on the base connection are remembered.
-    await (executor ?? baseExecutor(database)).executeSql(`SELECT ${JOB_SCHEMA}.create_queue($1, $2)`, [
-      name,
-      JSON.stringify({ policy: 'standard' }),
-    ]);
+    const run = executor ?? baseExecutor(database);
+    const { rows } = await run.executeSql(`SELECT 1 FROM ${JOB_SCHEMA}.queue WHERE name = $1`, [name]);
+    if (rows.length === 0) {
+      // Creating a queue attaches a partition to the job table; processes creating queues at the
+      // same moment could deadlock, so creations take turns.
+      await run.executeSql(
+        `WITH turn AS (SELECT pg_advisory_xact_lock($3)) SELECT ${JOB_SCHEMA}.create_queue($1, $2) FROM turn`,
+        [name, JSON.stringify({ policy: 'standard' }), QUEUE_LOCK],
+      );
+    }
+    // Inside a caller's transaction the queue exists only if it commits: remember base creations only.
     if (!executor) knownQueues.add(name);
   }
 
@@ -229,7 +259,10 @@ export async function createJobQueue(database: Database, options: JobQueueOption
     if (workOptions.pollingIntervalSeconds !== undefined)
       bossOptions.pollingIntervalSeconds = workOptions.pollingIntervalSeconds;
     for (let i = 0; i < loops; i++) {
-      await boss.work<T>(name, bossOptions, async (jobs) => {
+      const worker: { id?: string } = {};
+      worker.id = await boss.work<T>(name, bossOptions, async (jobs) => {
+        // A full batch suggests more are waiting: poll again at once instead of after the interval.
+        if (jobs.length >= batchSize && worker.id) boss.notifyWorker(worker.id);
         if (jobs.length === 1) {
           await handler({ id: jobs[0].id, data: jobs[0].data });
           return;
@@ -272,7 +305,7 @@ export async function createJobQueue(database: Database, options: JobQueueOption
     },
     async start() {
       if (started || stopped) return;
-      await boss.start();
+      await startSerialized(database, () => boss.start());
       started = true;
       // Recover at once the expired jobs of processes that died, rather than a maintenance interval later.
       await boss.maintain().catch(onError);
