@@ -1,0 +1,211 @@
+/**
+ * A server process that dies mid-turn (SIGKILL) or is asked to stop (SIGTERM) with streams open.
+ * A killed process's turn keeps its chat for at most TURN_LEASE_MS, then is marked failed; a
+ * stopped process finishes its streams within the grace period, cancels what is left and exits 0.
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { BootstrapResult } from '../src/modules/bootstrap/service.js';
+import { type FakeModelServer, startFakeModelServer } from './helpers/fake-model-server.js';
+import {
+  bootstrapService,
+  fakeModelEnv,
+  killAllProcesses,
+  postStream,
+  projectDatabase,
+  request,
+  type ServerProcess,
+  type ServiceDatabase,
+  type SseEvent,
+  serviceEnv,
+  startServer,
+  waitUntil,
+} from './helpers/server-process.js';
+
+const postgres = process.env.TEST_BACKEND === 'postgres';
+const LEASE_MS = 3000;
+
+describe('faults of the server process (real processes)', () => {
+  let fake: FakeModelServer;
+  let db: ServiceDatabase;
+  let boot: BootstrapResult;
+  let env: Record<string, string>;
+
+  beforeAll(async () => {
+    fake = await startFakeModelServer();
+    db = await projectDatabase();
+    env = serviceEnv({ ...db.env, ...fakeModelEnv(fake.baseUrl) });
+    boot = await bootstrapService(env);
+  });
+  afterEach(async () => {
+    await killAllProcesses();
+    fake.reset();
+  });
+  afterAll(async () => {
+    await killAllProcesses();
+    await fake?.close();
+    await db?.drop();
+  });
+
+  const api = (server: ServerProcess, method: string, path: string, body?: unknown) =>
+    request(server.baseUrl, method, path, { key: boot.organization_key, body });
+
+  async function newChat(server: ServerProcess): Promise<number> {
+    const res = await api(server, 'POST', '/api/v2/chats', { project_id: boot.project_id });
+    expect(res.status, JSON.stringify(res.body)).toBe(201);
+    return res.body.response.chat.id;
+  }
+
+  async function history(server: ServerProcess, chatId: number) {
+    const res = await api(server, 'GET', `/api/v2/chats/${chatId}/messages`);
+    expect(res.status).toBe(200);
+    return (res.body.response.messages as Array<{ content: string }>).map((m) => m.content);
+  }
+
+  const words = (n: number, tag: string) => Array.from({ length: n }, (_, i) => ` ${tag}${i}`);
+  const contentOf = (events: SseEvent[]) =>
+    events
+      .filter((e) => e.event === 'content')
+      .map((e) => e.data.content)
+      .join('');
+
+  it('SIGKILL mid-turn: the chat is locked until the lease runs out, then the turn is marked failed and the next message works', async () => {
+    const turnEnv = { ...env, TURN_LEASE_MS: String(LEASE_MS) };
+    const first = await startServer(turnEnv, { name: 'doomed' });
+    // On PostgreSQL a second process is already serving; PGlite serves one process, so it restarts.
+    const second = postgres ? await startServer(turnEnv, { name: 'survivor' }) : null;
+    const chatId = await newChat(first);
+
+    fake.enqueue({ chunks: words(40, 'w'), chunkDelayMs: 200 });
+    let killedAt = 0;
+    const streamed = await postStream(
+      first.baseUrl,
+      `/api/v2/chats/${chatId}/messages`,
+      boot.organization_key,
+      { content: 'Write a long answer', stream: true },
+      {
+        onEvent: (event) => {
+          if (event.event === 'content' && killedAt === 0) {
+            killedAt = Date.now();
+            first.child.kill('SIGKILL');
+          }
+        },
+      },
+    );
+    expect(killedAt).toBeGreaterThan(0);
+    expect((await first.exited).signal).toBe('SIGKILL');
+    // The stream broke off: no done, no error event from a dead process.
+    expect(streamed.ended).toBe('error');
+    expect(streamed.events.map((e) => e.event)).not.toContain('done');
+
+    const survivor = second ?? (await startServer(turnEnv, { name: 'restarted' }));
+    if (postgres) {
+      // The dead process's lease still holds the chat.
+      const busy = await api(survivor, 'POST', `/api/v2/chats/${chatId}/messages`, { content: 'Hello?' });
+      expect(busy.status, JSON.stringify(busy.body)).toBe(409);
+      expect(Date.now() - killedAt).toBeLessThan(LEASE_MS);
+    }
+    let answer: Awaited<ReturnType<typeof api>> | undefined;
+    await waitUntil(
+      async () => {
+        answer = await api(survivor, 'POST', `/api/v2/chats/${chatId}/messages`, { content: 'Hello?' });
+        if (answer.status === 409) return false;
+        expect(answer.status, JSON.stringify(answer.body)).toBe(200);
+        return true;
+      },
+      { timeoutMs: LEASE_MS + 10_000, intervalMs: 250, what: 'the lease of the killed turn to run out' },
+    );
+    // Renewed every third of the lease: the chat was free at most a lease (plus polling) after the kill.
+    if (postgres) expect(Date.now() - killedAt).toBeLessThan(LEASE_MS + 3000);
+    expect(answer!.body.response.message.content).toBe('Echo: Hello?');
+    // The interrupted turn is out of the history.
+    expect(await history(survivor, chatId)).toEqual(['Hello?', 'Echo: Hello?']);
+
+    if (!postgres) expect(await survivor.stop()).toBe(0);
+    const turns = await db.query<{ status: string }>(
+      'select status from chat_turns where chat_id = $1 order by id',
+      [chatId],
+    );
+    expect(turns.map((t) => t.status)).toEqual(['expired', 'completed']);
+    const messages = await db.query<{ role: string; status: string; error: string | null }>(
+      'select role, status, error from chat_messages where chat_id = $1 order by id',
+      [chatId],
+    );
+    expect(messages).toEqual([
+      { role: 'user', status: 'failed', error: expect.stringMatching(/interrupted/) },
+      { role: 'assistant', status: 'failed', error: expect.stringMatching(/interrupted/) },
+      { role: 'user', status: 'completed', error: null },
+      { role: 'assistant', status: 'completed', error: null },
+    ]);
+  }, 90_000);
+
+  it('SIGTERM with open streams: they finish within the grace period, the one too long is cancelled, the process exits 0', async () => {
+    // Turns get the grace period less 3 s to finish: 5 s. The default lease (60 s) stays, so a
+    // chat left locked after the shutdown would show as a 409 below.
+    const server = await startServer(
+      { ...env, SHUTDOWN_GRACE_MS: '8000', LOG_LEVEL: 'info' },
+      { name: 'stopping' },
+    );
+    const short = [await newChat(server), await newChat(server), await newChat(server)];
+    const long = await newChat(server);
+
+    // The fake answers in arrival order: three replies of about 2 s, then one of 20 s.
+    const shortReplies = short.map((_, i) => words(10, `s${i}-`));
+    const streams: Array<ReturnType<typeof postStream>> = [];
+    const started: Array<Promise<void>> = [];
+    const chats = [...short, long];
+    for (const [i, chatId] of chats.entries()) {
+      fake.enqueue({ chunks: i < short.length ? shortReplies[i] : words(100, 'l'), chunkDelayMs: 200 });
+      let firstContent!: () => void;
+      started.push(new Promise<void>((resolve) => (firstContent = resolve)));
+      streams.push(
+        postStream(
+          server.baseUrl,
+          `/api/v2/chats/${chatId}/messages`,
+          boot.organization_key,
+          { content: `Stream ${i}`, stream: true },
+          { onEvent: (e) => e.event === 'content' && firstContent() },
+        ),
+      );
+      // One at a time, so the fake's replies go to the chats in order.
+      await fake.waitForRequests(i + 1, 10_000);
+    }
+    await Promise.all(started);
+
+    const termAt = Date.now();
+    server.child.kill('SIGTERM');
+    await server.waitForLine((line) => line.includes('shutting down'), 5000);
+    // New work is refused while the process drains (503, or no connection once it stopped listening).
+    const refused = await api(server, 'GET', '/api/v2/chats').catch((err: Error) => err);
+    if (!(refused instanceof Error)) expect(refused.status).toBe(503);
+
+    const results = await Promise.all(streams);
+    const exit = await server.exited;
+    const exitedAfter = Date.now() - termAt;
+    expect(exit).toEqual({ code: 0, signal: null });
+    expect(exitedAfter).toBeLessThan(8000);
+
+    for (const [i, result] of results.slice(0, short.length).entries()) {
+      expect(result.ended).toBe('end');
+      expect(result.events.at(-1)?.event).toBe('done');
+      expect(contentOf(result.events)).toBe(shortReplies[i].join(''));
+      expect(result.events.at(-1)?.data.message.content).toBe(shortReplies[i].join(''));
+    }
+    const cancelled = results[short.length];
+    expect(cancelled.ended).toBe('end');
+    expect(cancelled.events.at(-1)).toEqual({
+      event: 'error',
+      data: { message: expect.stringMatching(/shut down/), code: 500 },
+    });
+    expect(contentOf(cancelled.events).length).toBeGreaterThan(0);
+
+    // A new process: the finished replies are in history, the cancelled chat takes a message at once.
+    const next = await startServer(env, { name: 'after-stop' });
+    for (const [i, chatId] of short.entries()) {
+      expect(await history(next, chatId)).toEqual([`Stream ${i}`, shortReplies[i].join('')]);
+    }
+    expect(await history(next, long)).toEqual([]);
+    const after = await api(next, 'POST', `/api/v2/chats/${long}/messages`, { content: 'Still there?' });
+    expect(after.status, JSON.stringify(after.body)).toBe(200);
+    expect(await next.stop()).toBe(0);
+  }, 90_000);
+});
