@@ -96,7 +96,7 @@ describe('webhook receivers down for a while (real server process)', () => {
         artifact_type_ids: [type.id],
       })
     ).skill;
-    const hooks = [];
+    const hooks: Array<{ id: number }> = [];
     for (const url of [`${failing.url}/hook`, late.url]) {
       hooks.push(
         (
