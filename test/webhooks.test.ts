@@ -13,6 +13,7 @@ import {
 import { recordEvent } from '../src/jobs/outbox.js';
 import { dispatchPendingEvents } from '../src/jobs/outbox-dispatch.js';
 import { retryDelayMs } from '../src/jobs/webhook-delivery.js';
+import { postWebhook } from '../src/jobs/webhook-http.js';
 import {
   buildTestApp,
   call,
@@ -378,6 +379,39 @@ describe('webhook delivery', () => {
       404,
     );
     expect(receiver.received).toEqual([]);
+  });
+
+  it('keeps at most 4 attempts in flight per webhook', async () => {
+    receiver = await startWebhookReceiver();
+    receiver.fallback = { status: 200, delayMs: 700 };
+    const hook = await addWebhook(t, org, receiver.url, ['artifact_refined']);
+    for (let n = 0; n < 10; n++) await emit(t, org, 'artifact_refined', { n });
+    const all = await receiver.waitFor(10, { timeoutMs: 25_000 });
+    expect(new Set(all.map((d) => d.body.event_data.n)).size).toBe(10);
+    expect(receiver.maxInFlight).toBeLessThanOrEqual(4);
+    expect(receiver.maxInFlight).toBeGreaterThan(1);
+    const log = await call(t, 'GET', `${deliveriesUrl(org, hook.id)}?page_size=100`, { key: org.orgKey });
+    expect(log.body.pagination.total_count).toBe(10);
+  });
+
+  it('fails attempts that time out or cannot connect', async () => {
+    receiver = await startWebhookReceiver();
+    receiver.fallback = { status: 200, hang: true };
+    const started = Date.now();
+    expect(await postWebhook(receiver.url, '{}', {}, { allowPrivate: true, timeoutMs: 1000 })).toEqual({
+      ok: false,
+      statusCode: null,
+      error: 'timed out after 1 s',
+    });
+    expect(Date.now() - started).toBeGreaterThanOrEqual(950);
+    const closed = await startWebhookReceiver();
+    await closed.close();
+    const refused = await postWebhook(closed.url, '{}', {}, { allowPrivate: true, timeoutMs: 1000 });
+    expect(refused).toMatchObject({
+      ok: false,
+      statusCode: null,
+      error: expect.stringContaining('ECONNREFUSED'),
+    });
   });
 
   it('computes exponential, capped, jittered retry delays', () => {

@@ -159,21 +159,6 @@ function bossFor(executor: Executor, options: JobQueueOptions): PgBoss {
   });
 }
 
-/**
- * Creates (or upgrades) the pg-boss schema. `start()` does it too; test templates call it once so
- * each test database starts with the schema in place.
- */
-export async function installJobSchema(database: Database): Promise<void> {
-  const executor = baseExecutor(database);
-  const { rows } = await executor.executeSql(
-    `SELECT to_regclass('${JOB_SCHEMA}.version') IS NOT NULL AS installed`,
-    [],
-  );
-  // An existing (possibly older) schema is left to start(), which migrates it.
-  if (rows[0]?.installed) return;
-  await executor.executeSql(PgBoss.getConstructionPlans(JOB_SCHEMA));
-}
-
 /** Session advisory lock serializing pg-boss schema set-up between processes starting together. */
 const START_LOCK = 7265618;
 /** Transaction advisory lock taken while creating a queue. */

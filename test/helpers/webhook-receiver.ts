@@ -21,6 +21,8 @@ export interface ScriptedAnswer {
   headers?: Record<string, string>;
   /** Never answer (the sender's timeout applies). */
   hang?: boolean;
+  /** Answer only after this long. */
+  delayMs?: number;
 }
 
 export interface WebhookReceiver {
@@ -30,6 +32,8 @@ export interface WebhookReceiver {
   /** Answers for the next deliveries, in order; afterwards `fallback` (200 by default). */
   answers: ScriptedAnswer[];
   fallback: ScriptedAnswer;
+  /** The most requests this receiver was answering at one time. */
+  maxInFlight: number;
   /** Resolves once `count` deliveries (optionally matching) have arrived. */
   waitFor(
     count: number,
@@ -47,6 +51,7 @@ export async function startWebhookReceiver(): Promise<WebhookReceiver> {
     received,
     answers: [],
     fallback: { status: 200, body: 'ok' },
+    maxInFlight: 0,
     async waitFor(count, options = {}) {
       const { timeoutMs = 15_000, match = () => true } = options;
       const matching = () => received.filter(match);
@@ -74,7 +79,11 @@ export async function startWebhookReceiver(): Promise<WebhookReceiver> {
     },
   };
 
+  let inFlight = 0;
   const server: Server = createServer((req, res) => {
+    inFlight++;
+    receiver.maxInFlight = Math.max(receiver.maxInFlight, inFlight);
+    res.on('close', () => inFlight--);
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
@@ -89,8 +98,12 @@ export async function startWebhookReceiver(): Promise<WebhookReceiver> {
       const answer = receiver.answers.shift() ?? receiver.fallback;
       for (const waiter of [...waiters]) waiter();
       if (answer.hang) return;
-      res.writeHead(answer.status, answer.headers ?? { 'content-type': 'text/plain' });
-      res.end(answer.body ?? '');
+      const send = () => {
+        res.writeHead(answer.status, answer.headers ?? { 'content-type': 'text/plain' });
+        res.end(answer.body ?? '');
+      };
+      if (answer.delayMs) setTimeout(send, answer.delayMs);
+      else send();
     });
   });
   server.on('connection', (socket) => {
