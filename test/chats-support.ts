@@ -222,6 +222,7 @@ export function testKnowledgeFamily(calls: RecordedToolCall[] = []): ToolFamilie
   };
 }
 
+/** The spec's Message fields; assistant messages add `usage` (issue 9). */
 export function expectMessageShape(message: any, role: 'user' | 'assistant') {
   expect(message).toEqual({
     id: expect.any(Number),
@@ -230,5 +231,14 @@ export function expectMessageShape(message: any, role: 'user' | 'assistant') {
     model: role === 'user' ? null : expect.any(String),
     created_at: expect.stringMatching(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/),
     tool_executions: expect.any(Array),
+    ...(role === 'assistant'
+      ? {
+          usage: {
+            input_tokens: expect.any(Number),
+            output_tokens: expect.any(Number),
+            credits: expect.any(Number),
+          },
+        }
+      : {}),
   });
 }

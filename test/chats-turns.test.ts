@@ -97,7 +97,9 @@ describe('chat turns against a model server', () => {
       expect(res.headers.get('content-type')).toBe('text/event-stream; charset=utf-8');
       expect(res.headers.get('cache-control')).toBe('no-cache, no-transform');
       expect(res.headers.get('x-accel-buffering')).toBe('no');
-      expect(res.text.startsWith('event: content\ndata: {"content":"Hello"}\n\n')).toBe(true);
+      expect(
+        res.text.startsWith('event: content\ndata: {"content":"Hello"}\nid: 1\n\nevent: content\n'),
+      ).toBe(true);
       expect(eventNames(res.events)).toEqual(['content', 'content', 'content', 'content', 'content', 'done']);
       expect(res.events.slice(0, 5).map((e) => e.data)).toEqual(
         ['Hello', ', ', 'wor', 'ld', '!'].map((content) => ({ content })),

@@ -6,6 +6,7 @@ import type { JobQueue } from '../jobs/queue.js';
 import type { ToolFamilies } from '../llm/tools/registry.js';
 import type { TurnEventHub } from '../modules/chats/turn-events.js';
 import type { TurnSettings } from '../modules/chats/turn-runner.js';
+import type { StreamHubOptions } from '../modules/streams/stream-hub.js';
 import type { OrgPrincipal } from './auth.js';
 import { forbidden } from './errors.js';
 
@@ -18,8 +19,10 @@ export interface AppDeps {
   jobs: JobQueue;
   /** Tool families offered to chat turns; defaults to every family of src/llm/tools (tests pass their own). */
   toolFamilies?: ToolFamilies;
-  /** Where chat turns publish their numbered events; defaults to an in-process hub per app. */
+  /** Where chat turns publish their numbered events; defaults to the app's database-backed stream hub. */
   turnEvents?: TurnEventHub;
+  /** Stream hub timings (flush, poll, liveness); tests shorten them. */
+  streamHub?: Partial<StreamHubOptions>;
   /** Chat turn timings (lease length, model idle limit, steps); tests shorten them. */
   turnSettings?: Partial<TurnSettings>;
 }

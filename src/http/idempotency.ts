@@ -144,6 +144,17 @@ declare module 'fastify' {
 }
 
 /**
+ * Gives up this request's claim on its Idempotency-Key without storing an answer (a streamed
+ * refusal that a retry should not replay, e.g. a 409 event), so a repeat runs the request again.
+ */
+export async function releaseIdempotencyKey(request: FastifyRequest): Promise<void> {
+  const id = request.idempotencyId;
+  if (id === null) return;
+  request.idempotencyId = null;
+  await request.server.deps.database.db.delete(idempotencyKeys).where(eq(idempotencyKeys.id, id));
+}
+
+/**
  * Called by streaming routes once their stream exists, so a repeat of the request reattaches to it.
  * The key then stays claimed for 24 hours: repeats never start a second stream.
  */

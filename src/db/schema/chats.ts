@@ -127,6 +127,8 @@ export const chatTurns = pgTable(
     userMessageId: integer('user_message_id').references(() => chatMessages.id),
     assistantMessageId: integer('assistant_message_id').references(() => chatMessages.id),
     leaseExpiresAt: tstz('lease_expires_at').notNull(),
+    /** Set by POST /api/v2/chats/:id/cancel; the process running the turn stops it and keeps the partial reply. */
+    cancelRequestedAt: tstz('cancel_requested_at'),
     finishedAt: tstz('finished_at'),
     createdAt: timestamps.createdAt,
   },

@@ -8,4 +8,5 @@ export * from './documents.js';
 export * from './idempotency.js';
 export * from './integrations.js';
 export * from './management.js';
+export * from './stream-events.js';
 export * from './webhook-deliveries.js';

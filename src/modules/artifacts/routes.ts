@@ -1,12 +1,17 @@
+import { randomUUID } from 'node:crypto';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
-import type { FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import { contextOf } from '../../http/context.js';
-import { badRequest, errorBody, toApiError, unprocessable } from '../../http/errors.js';
+import { ApiError, badRequest, errorBody, toApiError, unprocessable } from '../../http/errors.js';
+import { setIdempotentStream } from '../../http/idempotency.js';
 import { Message, V1Error, v1Responses } from '../../http/schemas.js';
 import { SseStream } from '../../http/sse.js';
 import { AsyncAcceptedResponse } from '../async-requests/schemas.js';
 import { acceptGeneration, acceptRefinement } from '../async-requests/service.js';
+import { streamHubOf } from '../streams/app-hub.js';
+import { relayStream } from '../streams/sse-relay.js';
+import type { StreamHub } from '../streams/stream-hub.js';
 import {
   type ArtifactResult,
   type GenerateArtifactInput,
@@ -36,7 +41,7 @@ const tags = ['Artifacts'];
 const streamResponse = {
   200: {
     description:
-      'text/event-stream: `chunk` {content, done: false} events, then `done` {artifact_id, done: true}; a failure after the stream opened is an `error` event with the v1 error object',
+      'text/event-stream: `chunk` {content, done: false} events, then `done` {artifact_id, done: true}; a failure after the stream opened is an `error` event with the v1 error object. Every event has an `id:` line (its sequence number); a repeat of the request with the same `Idempotency-Key` and body reattaches to the same stream from its start instead of generating again.',
     content: { 'text/event-stream': { schema: { type: 'string' } } },
   },
 };
@@ -86,27 +91,55 @@ function refineInput(params: ArtifactParams, body: RefineBody): RefineArtifactIn
  * Runs accepted work behind an event stream. Everything checkable was checked before the stream
  * opened (those failures are HTTP statuses); from here a failure is an `error` event, and since an
  * artifact is only written once the model finished, nothing half-written is saved.
+ *
+ * Events go through the stream hub (stored under `artifact-stream:<uuid>`, each with its `seq` as
+ * the SSE `id:`), so a repeat of the request with the same Idempotency-Key reattaches to them.
  */
 async function streamWork(
   request: FastifyRequest,
-  sse: SseStream,
+  reply: FastifyReply,
+  hub: StreamHub,
   work: (onChunk: (text: string) => void) => Promise<ArtifactResult>,
 ) {
-  // An `id:` sequence on every event, as on the chat streams (see /asyncapi.json).
+  const key = `artifact-stream:${randomUUID()}`;
+  hub.open(key);
+  const relayed = relayStream(new SseStream(reply), (listener) => hub.subscribe(key, 0, listener), {
+    lostEvent,
+  });
+  const recorded = setIdempotentStream(request, key).catch((err) =>
+    request.log.error({ err }, 'could not record the stream of an idempotent request'),
+  );
   let sequence = 0;
   try {
-    const result = await work((content) => sse.send('chunk', { content, done: false }, ++sequence));
-    sse.send('done', { artifact_id: result.artifact.id, done: true }, ++sequence);
+    const result = await work((content) => {
+      void hub.publish(key, ++sequence, 'chunk', { content, done: false });
+    });
+    await hub.publish(key, ++sequence, 'done', { artifact_id: result.artifact.id, done: true });
   } catch (error) {
     const apiError = toApiError('v1', error);
     if (apiError.status >= 500) request.log.error({ err: error }, 'artifact stream failed');
-    sse.send('error', errorBody('v1', apiError), ++sequence);
-  } finally {
-    sse.end();
+    await hub.publish(key, ++sequence, 'error', errorBody('v1', apiError));
   }
+  await relayed;
+  await recorded;
+}
+
+/** The `error` event of a stream whose process stopped before its end. */
+const lostEvent = () => ({
+  name: 'error',
+  data: errorBody(
+    'v1',
+    new ApiError(500, 'stream_interrupted', 'The generation was interrupted: the server running it stopped'),
+  ),
+});
+
+/** A repeat of a streaming request (same Idempotency-Key and body): its first stream again, from the start. */
+function reattach(reply: FastifyReply, hub: StreamHub, key: string) {
+  return relayStream(new SseStream(reply), (listener) => hub.subscribe(key, 0, listener), { lostEvent });
 }
 
 export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
+  const hub = streamHubOf(app);
   const present = (result: ArtifactResult) => {
     const artifact = presentArtifact(app.deps.config, result.artifact);
     return { artifact, url: artifact.url, usage: presentUsage(result.usage) };
@@ -155,12 +188,13 @@ export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     async (request, reply) => {
       const ctx = contextOf(request);
+      if (request.idempotencyStream) return reattach(reply, hub, request.idempotencyStream);
       const prepared = await prepareGeneration(
         ctx,
         generateInput(request.params, request.query, request.body),
       );
       // A client that leaves does not stop the work: the artifact is saved and `artifact_generated` recorded.
-      await streamWork(request, new SseStream(reply), (onChunk) =>
+      await streamWork(request, reply, hub, (onChunk) =>
         runGeneration(ctx, prepared, { onChunk, families: app.deps.toolFamilies }),
       );
     },
@@ -203,8 +237,9 @@ export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     async (request, reply) => {
       const ctx = contextOf(request);
+      if (request.idempotencyStream) return reattach(reply, hub, request.idempotencyStream);
       const prepared = await prepareRefinement(ctx, refineInput(request.params, request.body));
-      await streamWork(request, new SseStream(reply), (onChunk) =>
+      await streamWork(request, reply, hub, (onChunk) =>
         runRefinement(ctx, prepared, { onChunk, families: app.deps.toolFamilies }),
       );
     },

@@ -6,7 +6,7 @@ import { IdParams, ok, v2Responses } from '../../http/schemas.js';
 import type { ChatRuntime } from './runtime.js';
 import { MessageCreated, MessageList, SendMessageBody } from './schemas.js';
 import { listMessages, prepareTurn } from './service.js';
-import { awaitTurn, streamTurn } from './turn-http.js';
+import { awaitTurn, reattachStream, streamTurn } from './turn-http.js';
 import { requireContent } from './validation.js';
 
 const tags = ['Chats'];
@@ -23,7 +23,7 @@ export async function messageRoutes(parent: FastifyInstance, runtime: ChatRuntim
         tags,
         summary: 'Send a message; one turn at a time per chat (409 otherwise)',
         description:
-          "With `stream: true` the answer is HTTP 200 `text/event-stream` with the events `content`, `tool_start`, `tool_result`, `done` and `error` (spec 6.1). A message starting with a skill's slash command runs that skill.",
+          "With `stream: true` the answer is HTTP 200 `text/event-stream` with the events `content`, `tool_start`, `tool_result`, `done` and `error` (spec 6.1), each with an `id:` line (its sequence number in the turn); a repeat with the same `Idempotency-Key` and body reattaches to the same stream. A message starting with a skill's slash command runs that skill.",
         params: IdParams,
         body: SendMessageBody,
         response: v2Responses({ 200: ok(MessageCreated) }),
@@ -33,9 +33,13 @@ export async function messageRoutes(parent: FastifyInstance, runtime: ChatRuntim
       const { content, stream } = request.body;
       requireContent(content);
       const ctx = contextOf(request);
+      if (request.idempotencyStream) {
+        await reattachStream(reply, runtime, request.idempotencyStream);
+        return reply;
+      }
       const plan = await prepareTurn(ctx, request.params.id);
       if (stream) {
-        await streamTurn(reply, runtime.hub, () => runtime.runner.begin(ctx, plan, content), {
+        await streamTurn(request, reply, runtime, () => runtime.runner.begin(ctx, plan, content), {
           replyTimeoutMs,
         });
         return reply;

@@ -32,6 +32,11 @@ export const presentToolExecution = (row: ToolExecutionRow): ToolExecutionView =
   execution_time_ms: row.executionTimeMs,
 });
 
+/**
+ * Spec fields, then two additions on assistant messages: `usage` (tokens the model reported over
+ * every step, and the credits charged for them, as in the ledger) and `cancelled: true` on a reply
+ * a cancel request stopped.
+ */
 export const presentMessage = (row: MessageRow, executions: ToolExecutionRow[] = []): MessageView => ({
   id: row.id,
   role: row.role,
@@ -39,4 +44,14 @@ export const presentMessage = (row: MessageRow, executions: ToolExecutionRow[] =
   model: row.role === 'user' ? null : row.model,
   created_at: formatTimestamp(row.createdAt),
   tool_executions: executions.map(presentToolExecution),
+  ...(row.role === 'assistant'
+    ? {
+        usage: {
+          input_tokens: row.inputTokens,
+          output_tokens: row.outputTokens,
+          credits: Number(row.credits),
+        },
+      }
+    : {}),
+  ...(row.status === 'cancelled' ? { cancelled: true as const } : {}),
 });

@@ -8,13 +8,15 @@ import { presentChat } from './presenter.js';
 import { createChatRuntime } from './runtime.js';
 import { ChatCreated, ChatList, ChatListQuery, ChatRead, CreateChatBody } from './schemas.js';
 import { archiveChat, createChat, findChat, listChats, messageCount } from './service.js';
-import { awaitTurn, streamTurn, withExtra } from './turn-http.js';
+import { streamRoutes } from './stream-routes.js';
+import { chatOfStream } from './turn-cancel.js';
+import { awaitTurn, reattachStream, streamTurn, withExtra } from './turn-http.js';
 import { requireContent } from './validation.js';
 
 const tags = ['Chats'];
 
 export const STREAM_NOTE =
-  'With `stream: true` the answer is HTTP 200 `text/event-stream` with the events `content`, `tool_start`, `tool_result`, `done` and `error` (spec 6.1).';
+  'With `stream: true` the answer is HTTP 200 `text/event-stream` with the events `content`, `tool_start`, `tool_result`, `done` and `error` (spec 6.1), each with an `id:` line (its sequence number in the turn). A repeat with the same `Idempotency-Key` and body reattaches to the same stream from its start.';
 
 /** Chat endpoints of spec 4.1 (`/api/v2/chats...`). */
 export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
@@ -36,6 +38,12 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const { body } = request;
       if (body.content !== undefined) requireContent(body.content);
       const ctx = contextOf(request);
+      const repeated = request.idempotencyStream;
+      if (repeated) {
+        // The first request's chat and turn, not new ones.
+        await reattachStream(reply, runtime, repeated, () => chatOfStream(ctx, repeated));
+        return reply;
+      }
       const { chat, plan } = await createChat(ctx, body);
       const view = presentChat(chat);
       if (body.content === undefined) {
@@ -45,13 +53,11 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const content = body.content;
       if (body.stream) {
         await streamTurn(
+          request,
           reply,
-          runtime.hub,
+          runtime,
           () => runtime.runner.begin(ctx, plan, content, { announceChat: view }),
-          {
-            announceChat: view,
-            replyTimeoutMs,
-          },
+          { announceChat: view, replyTimeoutMs },
         );
         return reply;
       }
@@ -120,4 +126,5 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
   );
 
   await messageRoutes(app, runtime);
+  await streamRoutes(app, runtime);
 };

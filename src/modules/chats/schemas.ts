@@ -14,6 +14,15 @@ export const ToolExecutionView = Type.Object({
 });
 export type ToolExecutionView = Static<typeof ToolExecutionView>;
 
+export const MessageUsage = Type.Object(
+  {
+    input_tokens: Type.Integer(),
+    output_tokens: Type.Integer(),
+    credits: Type.Number(),
+  },
+  { description: 'Assistant messages: tokens the model reported (all steps) and the credits charged' },
+);
+
 export const MessageView = Type.Object({
   id: Type.Integer(),
   role: Type.Union([Type.Literal('assistant'), Type.Literal('user')]),
@@ -21,6 +30,12 @@ export const MessageView = Type.Object({
   model: Nullable(Type.String({ description: 'The model name; null for user messages' })),
   created_at: Timestamp,
   tool_executions: Type.Array(ToolExecutionView),
+  usage: Type.Optional(MessageUsage),
+  cancelled: Type.Optional(
+    Type.Literal(true, {
+      description: 'Present on a reply stopped by POST /chats/:id/cancel: content is what was generated',
+    }),
+  ),
 });
 export type MessageView = Static<typeof MessageView>;
 

@@ -1,4 +1,4 @@
-import { and, asc, count, desc, eq, inArray, isNull, sql } from 'drizzle-orm';
+import { and, asc, count, desc, eq, inArray, isNull, or, sql } from 'drizzle-orm';
 import type { Queryable } from '../../db/client.js';
 import { chatMessages, chats, toolExecutions } from '../../db/schema/index.js';
 import type { OrgPrincipal } from '../../http/auth.js';
@@ -30,8 +30,15 @@ const ownedBy = (principal: OrgPrincipal) =>
     isNull(chats.archivedAt),
   );
 
-/** Only finished messages are history; a failed turn's messages are kept for audit, never shown. */
-const visibleMessage = eq(chatMessages.status, 'completed');
+/**
+ * History: finished messages, and replies a cancel request stopped (status `cancelled` without an
+ * error). A failed turn's messages, and those of a turn the server cancelled on shutdown (which
+ * carry the reason in `error`), are kept for audit, never shown.
+ */
+const visibleMessage = or(
+  eq(chatMessages.status, 'completed'),
+  and(eq(chatMessages.role, 'assistant'), eq(chatMessages.status, 'cancelled'), isNull(chatMessages.error)),
+);
 
 export async function findChat(
   ctx: Pick<ServiceContext, 'db' | 'principal'>,

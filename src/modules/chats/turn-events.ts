@@ -1,3 +1,4 @@
+import type { StreamEnd, StreamState } from '../streams/stream-hub.js';
 import type { ChatView, MessageView } from './schemas.js';
 
 /** The chat stream events of spec 6.1, as the turn publishes them. */
@@ -29,17 +30,27 @@ export const isTerminal = (event: TurnEvent) => event.name === 'done' || event.n
 
 /**
  * Where turns publish and listeners (SSE responses) subscribe. The in-process hub below fans out
- * within one process; a PostgreSQL-backed hub (events stored per turn, NOTIFY to wake listeners)
- * can replace it to let any process replay a turn's stream from a given `seq`.
+ * within one process; the app's default, `StoredTurnEventHub` (stored-turn-events.ts), also keeps
+ * every event in the database so any process can replay a turn's stream from a given `seq`.
  */
 export interface TurnEventHub {
+  /** Called when the turn starts, before its first event. */
+  open?(turnId: number): void;
   /** Called in `seq` order by the turn's one publisher; resolves once the event is deliverable. */
   publish(event: NumberedTurnEvent): Promise<void>;
   /**
    * Delivers the turn's events with `seq > afterSeq`: those already published first, then live
-   * ones, in order, until the returned function is called.
+   * ones, in order, until the returned function is called. `onEnd`, when the hub can tell, reports
+   * that nothing more will come (`lost`: the process running the turn stopped before its end).
    */
-  subscribe(turnId: number, afterSeq: number, listener: (event: NumberedTurnEvent) => void): () => void;
+  subscribe(
+    turnId: number,
+    afterSeq: number,
+    listener: (event: NumberedTurnEvent) => void,
+    onEnd?: (reason: StreamEnd) => void,
+  ): () => void;
+  /** How far the turn's stream got; null when the hub knows nothing of it. */
+  describe(turnId: number): Promise<StreamState | null>;
 }
 
 /** Numbers a turn's events and hands them to the hub; the runner's only way to emit. */
@@ -49,7 +60,9 @@ export class TurnPublisher {
   constructor(
     private readonly hub: TurnEventHub,
     readonly turnId: number,
-  ) {}
+  ) {
+    hub.open?.(turnId);
+  }
 
   get lastSeq(): number {
     return this.seq;
@@ -96,6 +109,12 @@ export class InProcessTurnEventHub implements TurnEventHub {
       // A log that never got an event (no such turn here) must not linger.
       if (log.listeners.size === 0 && log.events.length === 0) this.turns.delete(turnId);
     };
+  }
+
+  async describe(turnId: number): Promise<StreamState | null> {
+    const log = this.turns.get(turnId);
+    if (!log || log.events.length === 0) return null;
+    return { lastSeq: log.events.at(-1)!.seq, ended: log.events.some(isTerminal) };
   }
 
   /** Drops every buffer (app shutdown). */

@@ -13,6 +13,13 @@ export class TurnFailure extends Error {
   }
 }
 
+/** A cancel request (POST /api/v2/chats/:id/cancel) stopped the turn: its partial reply is kept. */
+export class TurnCancelled extends TurnFailure {
+  constructor() {
+    super('The reply was stopped by a cancel request', 'turn_cancelled', true);
+  }
+}
+
 export function describeFailure(err: unknown): TurnFailure {
   if (err instanceof TurnFailure) return err;
   if (RetryError.isInstance(err)) {

@@ -50,11 +50,14 @@ export async function acquireTurnLease(
   return turn.id;
 }
 
-export async function renewTurnLease(db: Queryable, turnId: number, leaseMs: number): Promise<void> {
-  await db
+/** Pushes the lease forward; answers whether a cancel request came for the turn meanwhile. */
+export async function renewTurnLease(db: Queryable, turnId: number, leaseMs: number): Promise<boolean> {
+  const [row] = await db
     .update(chatTurns)
     .set({ leaseExpiresAt: sql`now() + make_interval(secs => ${leaseMs / 1000})` })
-    .where(and(eq(chatTurns.id, turnId), eq(chatTurns.status, 'running')));
+    .where(and(eq(chatTurns.id, turnId), eq(chatTurns.status, 'running')))
+    .returning({ cancelRequestedAt: chatTurns.cancelRequestedAt });
+  return row?.cancelRequestedAt != null;
 }
 
 export async function releaseTurnLease(
@@ -68,16 +71,23 @@ export async function releaseTurnLease(
     .where(and(eq(chatTurns.id, turnId), eq(chatTurns.status, 'running')));
 }
 
-/** Keeps a running turn's lease alive until stopped. */
+/**
+ * Keeps a running turn's lease alive until stopped. Each renewal also reads the turn's cancel
+ * request: the fallback for a cancel whose notification did not reach this process.
+ */
 export function keepLeaseAlive(
   db: Queryable,
   turnId: number,
   leaseMs: number,
-  onError: (err: unknown) => void,
+  callbacks: { onError: (err: unknown) => void; onCancelRequested: () => void },
 ): () => void {
   const timer = setInterval(
     () => {
-      renewTurnLease(db, turnId, leaseMs).catch(onError);
+      renewTurnLease(db, turnId, leaseMs)
+        .then((cancelRequested) => {
+          if (cancelRequested) callbacks.onCancelRequested();
+        })
+        .catch(callbacks.onError);
     },
     Math.max(50, Math.floor(leaseMs / 3)),
   );

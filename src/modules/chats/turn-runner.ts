@@ -10,6 +10,7 @@ import { languageModelOf } from '../../llm/resolve-model.js';
 import { collectTools, type ToolFamilies, type ToolScope } from '../../llm/tools/registry.js';
 import { chargeUsage, ensureCredits, type Usage } from '../credits/service.js';
 import type { ProjectRow } from '../projects/access.js';
+import type { Notifier } from '../streams/notifier.js';
 import type { AgentRow, ModelConfigurationRow } from './access.js';
 import type { ChatRow } from './presenter.js';
 import type { ChatView, MessageView } from './schemas.js';
@@ -17,7 +18,7 @@ import { conversationOf, messageView, titleFrom } from './service.js';
 import { buildSystemPrompt, expandSlashCommand, skillsOfAgent } from './system-prompt.js';
 import { asParameters, recordToolExecution } from './tool-executions.js';
 import { type TurnEventHub, TurnPublisher } from './turn-events.js';
-import { describeFailure, TurnFailure } from './turn-failure.js';
+import { describeFailure, TurnCancelled, TurnFailure } from './turn-failure.js';
 import { acquireTurnLease, keepLeaseAlive, releaseTurnLease } from './turn-lease.js';
 import { IdleWatchdog, pausingWatchdog } from './turn-watchdog.js';
 
@@ -53,6 +54,7 @@ export interface TurnPlan {
   configuration: ModelConfigurationRow;
 }
 
+/** `completed` also covers a reply stopped by a cancel request (its message has `cancelled: true`). */
 export type TurnOutcome =
   | { status: 'completed'; message: MessageView }
   | { status: 'failed'; error: ApiError };
@@ -70,6 +72,9 @@ export interface TurnOptions {
   announceChat?: ChatView;
 }
 
+/** Cancel requests for turns running in another process arrive on this channel (payload: the turn id). */
+export const TURN_CANCEL_CHANNEL = 'scriptorium_turn_cancels';
+
 /**
  * Runs chat turns detached from HTTP requests: a turn writes every result to the database and
  * publishes numbered events, so a client that disconnects changes nothing.
@@ -77,6 +82,9 @@ export interface TurnOptions {
 export class TurnRunner {
   private readonly inFlight = new Set<Promise<TurnOutcome>>();
   private readonly shutdown = new AbortController();
+  /** Turns running in this process, by id: how to stop each one. */
+  private readonly running = new Map<number, AbortController>();
+  private listeningForCancels = false;
 
   constructor(
     private readonly deps: {
@@ -85,8 +93,18 @@ export class TurnRunner {
       families: ToolFamilies;
       settings: TurnSettings;
       log: FastifyBaseLogger;
+      /** Carries cancel requests between processes; null keeps them within this one. */
+      notifier: Notifier | null;
     },
   ) {}
+
+  /** Stops a turn running in this process (its partial reply is kept); false when it runs elsewhere. */
+  cancel(turnId: number): boolean {
+    const abort = this.running.get(turnId);
+    if (!abort) return false;
+    if (!abort.signal.aborted) abort.abort(new TurnCancelled());
+    return true;
+  }
 
   /**
    * Accepts a turn: credits (402), the chat's lease (409), then the user message and an assistant
@@ -142,10 +160,27 @@ export class TurnRunner {
       return { turnId, userMessageId: user.id, assistantMessageId: assistant.id };
     });
 
-    const outcome = this.run(ctx, plan, ids, options);
+    const abort = new AbortController();
+    this.running.set(ids.turnId, abort);
+    this.listenForCancels();
+    const outcome = this.run(ctx, plan, ids, options, abort);
     this.inFlight.add(outcome);
-    void outcome.finally(() => this.inFlight.delete(outcome));
+    void outcome.finally(() => {
+      this.inFlight.delete(outcome);
+      this.running.delete(ids.turnId);
+    });
     return { ...ids, outcome };
+  }
+
+  private listenForCancels() {
+    const { notifier, log } = this.deps;
+    if (this.listeningForCancels || !notifier) return;
+    this.listeningForCancels = true;
+    notifier
+      .listen(TURN_CANCEL_CHANNEL, (payload) => {
+        this.cancel(Number(payload));
+      })
+      .catch((err) => log.warn({ err }, 'could not listen for cancel requests; lease renewals check them'));
   }
 
   /** Lets running turns finish for up to `graceMs`, then cancels the rest and waits for them to record it. */
@@ -169,6 +204,7 @@ export class TurnRunner {
     plan: TurnPlan,
     ids: { turnId: number; userMessageId: number; assistantMessageId: number },
     options: TurnOptions,
+    abort: AbortController,
   ): Promise<TurnOutcome> {
     const { database, settings, hub } = this.deps;
     const db = database.db;
@@ -178,10 +214,10 @@ export class TurnRunner {
       publisher
         .publish(event)
         .catch((err) => log.error({ err, event: event.name }, 'could not publish a turn event'));
-    const stopLease = keepLeaseAlive(db, ids.turnId, settings.leaseMs, (err) =>
-      log.warn({ err }, 'could not renew the turn lease'),
-    );
-    const abort = new AbortController();
+    const stopLease = keepLeaseAlive(db, ids.turnId, settings.leaseMs, {
+      onError: (err) => log.warn({ err }, 'could not renew the turn lease'),
+      onCancelRequested: () => this.cancel(ids.turnId),
+    });
     const onShutdown = () => abort.abort(this.shutdown.signal.reason);
     this.shutdown.signal.addEventListener('abort', onShutdown, { once: true });
     const watchdog = new IdleWatchdog(settings.modelIdleMs, () =>
@@ -270,6 +306,20 @@ export class TurnRunner {
       return { status: 'completed', message };
     } catch (err) {
       const failure = describeFailure(err);
+      if (failure instanceof TurnCancelled) {
+        const message = await this.recordCancellation(ctx, plan, ids, text, usage).catch((recordErr) => {
+          log.error({ err: recordErr }, 'could not record the cancelled turn');
+          return null;
+        });
+        if (message) {
+          log.info('chat turn cancelled by request');
+          await publish({
+            name: 'done',
+            data: options.announceChat ? { message, chat: options.announceChat } : { message },
+          });
+          return { status: 'completed', message };
+        }
+      }
       log[failure.cancelled ? 'warn' : 'error']({ err }, 'chat turn failed');
       await this.recordFailure(ctx, plan, ids, text, usage, failure).catch((recordErr) =>
         log.error({ err: recordErr }, 'could not record the failed turn'),
@@ -340,6 +390,38 @@ export class TurnRunner {
       },
       reference: `message:${messageId}`,
     };
+  }
+
+  /**
+   * A reply stopped by a cancel request stays in history as far as it got, marked cancelled and
+   * charged for what the model reported; the chat is free again.
+   */
+  private async recordCancellation(
+    ctx: ServiceContext,
+    plan: TurnPlan,
+    ids: { turnId: number; assistantMessageId: number },
+    text: string,
+    usage: Usage,
+  ): Promise<MessageView> {
+    const db = this.deps.database.db;
+    await db.transaction(async (tx) => {
+      const credits = await chargeUsage(tx, this.chargeOf(ctx, plan, ids.assistantMessageId, usage));
+      await tx
+        .update(chatMessages)
+        .set({
+          content: text,
+          status: 'cancelled',
+          error: null,
+          inputTokens: usage.inputTokens,
+          outputTokens: usage.outputTokens,
+          credits,
+          createdAt: sql`now()`,
+          completedAt: sql`now()`,
+        })
+        .where(eq(chatMessages.id, ids.assistantMessageId));
+      await releaseTurnLease(tx, ids.turnId, 'cancelled');
+    });
+    return messageView(db, ids.assistantMessageId);
   }
 
   /** The failed reply stays for audit (with what it cost); both messages leave the history. */

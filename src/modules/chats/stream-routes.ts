@@ -1,0 +1,114 @@
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { Type } from '@sinclair/typebox';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { contextOf } from '../../http/context.js';
+import { badRequest } from '../../http/errors.js';
+import { IdParams, ok, v2Responses } from '../../http/schemas.js';
+import { SseStream } from '../../http/sse.js';
+import type { ChatRuntime } from './runtime.js';
+import { MessageCreated } from './schemas.js';
+import { findChat } from './service.js';
+import {
+  attachableTurn,
+  awaitCancelledTurn,
+  REATTACH_WINDOW_MINUTES,
+  requestTurnCancel,
+} from './turn-cancel.js';
+import { lostTurnEvent, relayTurn } from './turn-http.js';
+import { TURN_CANCEL_CHANNEL } from './turn-runner.js';
+
+const tags = ['Chats'];
+
+const StreamQuery = Type.Object({
+  after: Type.Optional(
+    Type.Integer({
+      minimum: 0,
+      description: 'Resume after this event id (as the Last-Event-ID header does)',
+    }),
+  ),
+});
+
+const eventStream = {
+  description:
+    "text/event-stream: the turn's events (`content`, `tool_start`, `tool_result`, `done`, `error`), each with its `id:`",
+  content: { 'text/event-stream': { schema: { type: 'string' } } },
+};
+
+/** Where to resume: the Last-Event-ID header (what EventSource sends on reconnection), else `?after=`. */
+function resumePoint(request: FastifyRequest, after: number | undefined): number {
+  const header = request.headers['last-event-id'];
+  if (header === undefined) return after ?? 0;
+  const value = Array.isArray(header) ? header[0] : header;
+  if (!/^\d{1,9}$/.test(value.trim())) {
+    throw badRequest('Last-Event-ID must be the id of an event of this stream (a non-negative integer)', {
+      'Last-Event-ID': ['must be a non-negative integer'],
+    });
+  }
+  return Number(value.trim());
+}
+
+/** Reattaching to a chat's stream and cancelling its turn (additions to spec 4.1). */
+export async function streamRoutes(parent: FastifyInstance, runtime: ChatRuntime): Promise<void> {
+  const app = parent.withTypeProvider<TypeBoxTypeProvider>();
+
+  app.get(
+    '/chats/:id/stream',
+    {
+      schema: {
+        tags,
+        summary: "Reattach to the chat's turn stream",
+        description: `Streams the chat's turn in progress, or its last one for ${REATTACH_WINDOW_MINUTES} minutes after it ended: from its first event, or after the \`Last-Event-ID\` header or \`?after=\`, then live until \`done\` or \`error\`. Works from any server process. 204 when there is nothing to attach to (no turn, or every event already received).`,
+        params: IdParams,
+        querystring: StreamQuery,
+        response: {
+          ...v2Responses({ 204: Type.Null({ description: 'Nothing to attach to' }) }),
+          200: eventStream,
+        },
+      },
+    },
+    async (request, reply) => {
+      const ctx = contextOf(request);
+      const chat = await findChat(ctx, request.params.id);
+      const after = resumePoint(request, request.query.after);
+      const turn = await attachableTurn(ctx.db, chat.id);
+      const state = turn ? await runtime.hub.describe(turn.id) : null;
+      const nothingLeft = !state || (state.ended && state.lastSeq <= after);
+      if (!turn || (!turn.running && nothingLeft)) {
+        reply.status(204).send(null);
+        return reply;
+      }
+      await relayTurn(new SseStream(reply), runtime.hub, turn.id, after, {
+        lostEvent: () => lostTurnEvent(),
+      });
+      return reply;
+    },
+  );
+
+  app.post(
+    '/chats/:id/cancel',
+    {
+      schema: {
+        tags,
+        summary: "Stop the chat's turn in progress",
+        description:
+          "Stops the turn whether streaming, blocking or detached, from any server process. The reply generated so far is kept in history with `cancelled: true` (and its `usage`), the turn's stream ends with `done` carrying it, and the chat takes messages again. 409 when no turn is running.",
+        params: IdParams,
+        response: v2Responses({ 200: ok(MessageCreated) }),
+      },
+    },
+    async (request) => {
+      const ctx = contextOf(request);
+      const chat = await findChat(ctx, request.params.id);
+      const turnId = await requestTurnCancel(ctx, chat.id);
+      if (!runtime.runner.cancel(turnId)) {
+        await runtime.streams.notifier
+          .notify(TURN_CANCEL_CHANNEL, String(turnId))
+          .catch((err) =>
+            request.log.warn({ err }, 'could not notify the cancel; the lease renewal picks it up'),
+          );
+      }
+      const message = await awaitCancelledTurn(runtime.hub, turnId, runtime.settings.leaseMs + 5_000);
+      return { status: 'ok' as const, response: { message } };
+    },
+  );
+}

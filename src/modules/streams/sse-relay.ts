@@ -1,0 +1,66 @@
+import type { SseStream } from '../../http/sse.js';
+import { isFinalEvent, type StreamEnd, type StreamEvent, type StreamListener } from './stream-hub.js';
+
+export interface NamedEvent {
+  name: string;
+  data: unknown;
+}
+
+export interface RelayOptions {
+  /** The family's `error` event for a stream whose process stopped before its end. */
+  lostEvent: () => NamedEvent;
+  /** Ends the relay (not the work behind it) with this event after `ms`. */
+  timeout?: { ms: number; event: () => NamedEvent };
+  /** The seq the client already has (Last-Event-ID); events the relay adds itself repeat it. */
+  afterSeq?: number;
+}
+
+/**
+ * Relays a stream to an SSE response, each event with its `seq` as `id:`, until its last event
+ * (`done`/`error`), its end, or the client leaving. Events the relay makes up (timeout, lost
+ * stream) carry the last delivered id, so a client resuming from them misses nothing.
+ */
+export function relayStream(
+  sse: SseStream,
+  subscribe: (listener: StreamListener) => () => void,
+  options: RelayOptions,
+): Promise<void> {
+  return new Promise<void>((resolve) => {
+    let finished = false;
+    let lastId = options.afterSeq ?? 0;
+    let unsubscribe: (() => void) | null = null;
+    let timer: NodeJS.Timeout | undefined;
+    const finish = () => {
+      if (finished) return;
+      finished = true;
+      clearTimeout(timer);
+      unsubscribe?.();
+      sse.end();
+      resolve();
+    };
+    const sendOwn = (event: NamedEvent) => sse.send(event.name, event.data, lastId);
+    if (options.timeout) {
+      const { ms, event } = options.timeout;
+      timer = setTimeout(() => {
+        sendOwn(event());
+        finish();
+      }, ms);
+    }
+    // Events already published are replayed synchronously inside subscribe().
+    unsubscribe = subscribe({
+      onEvent: (event: StreamEvent) => {
+        if (finished) return;
+        lastId = event.seq;
+        sse.send(event.name, event.data, event.seq);
+        if (isFinalEvent(event.name)) finish();
+      },
+      onEnd: (reason: StreamEnd) => {
+        if (finished) return;
+        if (reason === 'lost') sendOwn(options.lostEvent());
+        finish();
+      },
+    });
+    if (finished) unsubscribe();
+    void sse.closedPromise().then(finish);
+  });
+}
