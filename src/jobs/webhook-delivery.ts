@@ -18,7 +18,7 @@ export const RETRY_WINDOW_HOURS = 24;
 /** Longest wait between two attempts, as a multiple of WEBHOOK_RETRY_BASE_MS (1 h at the default 10 s). */
 const MAX_DELAY_FACTOR = 360;
 /** An attempt holds its lease this long; longer than the attempt timeout plus bookkeeping. */
-const LEASE_SECONDS = 30;
+export const LEASE_SECONDS = 30;
 /** Namespace of the per-webhook advisory lock (the other key is the webhook id). */
 const LOCK_NAMESPACE = 0x77686b;
 

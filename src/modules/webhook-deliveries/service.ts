@@ -6,7 +6,12 @@ import { notFound } from '../../http/errors.js';
 import { offsetOf, type PageQuery } from '../../http/pagination.js';
 import { requireAdmin } from '../../http/policies.js';
 import { messageIdOf } from '../../jobs/outbox-dispatch.js';
-import { attemptDelivery, RETRY_WINDOW_HOURS, scheduleAttempt } from '../../jobs/webhook-delivery.js';
+import {
+  attemptDelivery,
+  LEASE_SECONDS,
+  RETRY_WINDOW_HOURS,
+  scheduleAttempt,
+} from '../../jobs/webhook-delivery.js';
 import { findProjectFor } from '../projects/access.js';
 
 export const TEST_EVENT_NAME = 'webhook_test';
@@ -108,7 +113,7 @@ export async function redeliver(
 
 /**
  * A signed `webhook_test` delivery, attempted at once so the caller sees the receiver's answer.
- * Its job is enqueued with it, so a crash mid-attempt still ends in an attempt; test events are
+ * A job is enqueued with it, so a crash mid-attempt still ends in an attempt; test events are
  * not retried (redeliver sends one again).
  */
 export async function sendTestEvent(
@@ -138,7 +143,13 @@ export async function sendTestEvent(
         nextAttemptAt: sql`now()`,
       })
       .returning();
-    await scheduleAttempt(deps.jobs, { deliveryId: row.id, seq: 0 }, { db: tx });
+    // The safety net fires only after an inline attempt's lease would have ended, so the inline
+    // attempt always gets the claim; after it, the job finds the delivery settled.
+    await scheduleAttempt(
+      deps.jobs,
+      { deliveryId: row.id, seq: 0 },
+      { db: tx, delayMs: LEASE_SECONDS * 1000 },
+    );
     return row;
   });
   await attemptDelivery(deps, { deliveryId: created.id, seq: 0 });
