@@ -78,7 +78,7 @@ process.once('exit', () => {
 export interface ServiceProcess {
   name: string;
   child: ChildProcess;
-  /** Output lines (stdout and stderr), the last 2,000. */
+  /** Output lines (stdout and stderr), the last 5,000. */
   lines: string[];
   /** Settles when the process exited: its exit code, or the signal that ended it. */
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
@@ -110,7 +110,7 @@ export function spawnService(
     const parts = partial.split('\n');
     partial = parts.pop() ?? '';
     lines.push(...parts);
-    if (lines.length > 2000) lines.splice(0, lines.length - 2000);
+    if (lines.length > 5000) lines.splice(0, lines.length - 5000);
     for (const listener of [...listeners]) listener();
   };
   child.stdout?.on('data', onData);
