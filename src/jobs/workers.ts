@@ -49,7 +49,7 @@ export async function registerWorkers(
   await deps.jobs.work<AsyncArtifactJob>(
     ASYNC_ARTIFACT_QUEUE,
     (job) => runAsyncRequest(deps, job.data.requestId, log),
-    { concurrency: deps.database.kind === 'postgres' ? 4 : 2 },
+    { concurrency: deps.database.kind === 'postgres' ? 8 : 4 },
   );
   await deps.jobs.work<AsyncArtifactJob>(ASYNC_ARTIFACT_FAILED_QUEUE, (job) =>
     failAbandonedRequest(deps, job.data.requestId),
