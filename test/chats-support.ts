@@ -23,7 +23,7 @@ export interface ChatTestApp extends TestApp {
 export async function startChatApp(
   options: {
     env?: Record<string, string>;
-    deps?: Partial<Pick<AppDeps, 'toolFamilies' | 'turnSettings' | 'turnEvents'>>;
+    deps?: Partial<Pick<AppDeps, 'toolFamilies' | 'turnSettings' | 'turnEvents' | 'streamHub'>>;
   } = {},
 ): Promise<ChatTestApp> {
   const base = await buildTestApp(options.env ?? {});

@@ -35,6 +35,8 @@ export async function readSse(
     body?: unknown;
     headers?: Record<string, string>;
     until?: (events: IdEvent[]) => boolean;
+    /** Called with the events so far after each read (to act mid-stream without disconnecting). */
+    onProgress?: (events: IdEvent[]) => void;
   },
 ): Promise<SseRead> {
   const controller = new AbortController();
@@ -71,6 +73,7 @@ export async function readSse(
       if (done) break;
       text += value;
       parser.feed(value);
+      options.onProgress?.(events);
       if (options.until?.(events)) {
         controller.abort();
         break;
@@ -114,3 +117,12 @@ export async function startSecondProcess(t: TestApp, deps: Partial<AppDeps> = {}
 }
 
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** A promise and the function that resolves it. */
+export function signal(): { promise: Promise<void>; resolve: () => void } {
+  let resolve!: () => void;
+  const promise = new Promise<void>((r) => {
+    resolve = r;
+  });
+  return { promise, resolve };
+}

@@ -1,0 +1,181 @@
+import os from 'node:os';
+import { eq, inArray, sql } from 'drizzle-orm';
+import Fastify from 'fastify';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type Database, openDatabase } from '../src/db/client.js';
+import { eventStreams, streamEvents } from '../src/db/schema/index.js';
+import {
+  type StreamEnd,
+  type StreamEvent,
+  StreamHub,
+  type StreamHubOptions,
+} from '../src/modules/streams/stream-hub.js';
+import { backend, createTestDatabase, type TestDatabase } from './helpers/database.js';
+import { sleep } from './streams-support.js';
+
+// A real (silent) logger, as the app would pass.
+const log = Fastify({ logger: false }).log;
+
+let testDb: TestDatabase;
+/** The database as a second process sees it: its own pool on PostgreSQL, the same instance on PGlite. */
+let other: Database;
+const hubs: StreamHub[] = [];
+
+beforeAll(async () => {
+  testDb = await createTestDatabase();
+  other =
+    backend === 'postgres'
+      ? await openDatabase({ databaseUrl: testDb.url, dataDir: os.tmpdir(), poolSize: 2 })
+      : testDb.database;
+});
+afterAll(async () => {
+  for (const hub of hubs) await hub.close();
+  if (other !== testDb.database) await other.close();
+  await testDb.drop();
+});
+
+function hub(database: Database, options: Partial<StreamHubOptions> = {}): StreamHub {
+  const created = new StreamHub(database, log, options);
+  hubs.push(created);
+  return created;
+}
+
+function collect(target: StreamHub, key: string, after = 0) {
+  const events: StreamEvent[] = [];
+  let ended: StreamEnd | null = null;
+  const stop = target.subscribe(key, after, {
+    onEvent: (event) => events.push(event),
+    onEnd: (reason) => {
+      ended = reason;
+    },
+  });
+  return { events, stop, ended: () => ended };
+}
+
+async function until(check: () => boolean, timeoutMs = 3000) {
+  const started = Date.now();
+  while (!check()) {
+    if (Date.now() - started > timeoutMs) throw new Error('timed out');
+    await sleep(10);
+  }
+}
+
+describe('the stream hub', () => {
+  it('subscribers in the publishing process get each event at once, before anything is written', async () => {
+    const publisher = hub(testDb.database, { flushMs: 10_000 });
+    const key = `test:local-${Math.random()}`;
+    publisher.open(key);
+    const reader = collect(publisher, key);
+    await publisher.publish(key, 1, 'content', { content: 'a' });
+    expect(reader.events).toEqual([{ seq: 1, name: 'content', data: { content: 'a' } }]);
+    const stored = await testDb.database.db
+      .select()
+      .from(streamEvents)
+      .where(eq(streamEvents.streamKey, key));
+    expect(stored).toEqual([]);
+    // The last event is written at once, with everything before it.
+    await publisher.publish(key, 2, 'done', { ok: true });
+    expect(reader.ended()).toBe('ended');
+    const after = await testDb.database.db.select().from(streamEvents).where(eq(streamEvents.streamKey, key));
+    expect(after.map((r) => r.seq).sort()).toEqual([1, 2]);
+  });
+
+  it('another process is woken by NOTIFY (its poll is far off) and reads the rows in order', async () => {
+    const publisher = hub(testDb.database, { flushMs: 20 });
+    const remote = hub(other, { pollMs: 60_000 });
+    const key = `test:notify-${Math.random()}`;
+    publisher.open(key);
+    await publisher.flush();
+    const reader = collect(remote, key);
+    await sleep(100);
+    for (let seq = 1; seq <= 5; seq++) {
+      await publisher.publish(key, seq, 'content', { content: `c${seq}` });
+      await sleep(15);
+    }
+    await until(() => reader.events.length === 5, 2000);
+    expect(reader.events.map((e) => e.seq)).toEqual([1, 2, 3, 4, 5]);
+    await publisher.publish(key, 6, 'error', { message: 'x', code: 500 });
+    await until(() => reader.ended() !== null, 2000);
+    expect(reader.events.map((e) => e.name)).toEqual([
+      'content',
+      'content',
+      'content',
+      'content',
+      'content',
+      'error',
+    ]);
+    expect(reader.ended()).toBe('ended');
+    // A later reader from the middle, and one past the end.
+    const late = collect(remote, key, 4);
+    await until(() => late.ended() !== null);
+    expect(late.events.map((e) => e.seq)).toEqual([5, 6]);
+    const past = collect(remote, key, 6);
+    await until(() => past.ended() !== null);
+    expect(past.events).toEqual([]);
+    expect(past.ended()).toBe('ended');
+    expect(await remote.describe(key)).toEqual({ lastSeq: 6, ended: true });
+  });
+
+  it('a stream whose publisher stopped renewing it is reported lost after its last stored event', async () => {
+    const publisher = new StreamHub(testDb.database, log, { aliveMs: 300 });
+    const remote = hub(other, { pollMs: 100, aliveMs: 300 });
+    const key = `test:lost-${Math.random()}`;
+    await publisher.publish(key, 1, 'content', { content: 'only' });
+    // The process dies: what it flushed stays, nothing renews it.
+    await publisher.close();
+    const reader = collect(remote, key);
+    await until(() => reader.ended() !== null, 3000);
+    expect(reader.events.map((e) => e.seq)).toEqual([1]);
+    expect(reader.ended()).toBe('lost');
+  });
+
+  it('keeps an open stream alive while it is quiet', async () => {
+    const publisher = hub(testDb.database, { aliveMs: 300 });
+    const remote = hub(other, { pollMs: 100, aliveMs: 300 });
+    const key = `test:quiet-${Math.random()}`;
+    publisher.open(key);
+    const reader = collect(remote, key);
+    await sleep(900);
+    expect(reader.ended()).toBeNull();
+    await publisher.publish(key, 1, 'done', {});
+    await until(() => reader.ended() !== null);
+    expect(reader.ended()).toBe('ended');
+  });
+
+  it('prunes streams that ended longer ago than the retention, with their events', async () => {
+    const db = testDb.database.db;
+    const old = `test:old-${Math.random()}`;
+    await db
+      .insert(eventStreams)
+      .values({
+        key: old,
+        lastSeq: 1,
+        aliveUntil: sql`now() - interval '2 days'`,
+        endedAt: sql`now() - interval '2 days'`,
+      });
+    await db.insert(streamEvents).values({ streamKey: old, seq: 1, event: 'done', data: {} });
+    const publisher = hub(testDb.database);
+    const fresh = `test:fresh-${Math.random()}`;
+    await publisher.publish(fresh, 1, 'done', {});
+    // Pruning runs in the background after the flush of a stream's last event.
+    let heads: { key: string }[] = [];
+    for (let i = 0; i < 50; i++) {
+      heads = await db
+        .select()
+        .from(eventStreams)
+        .where(inArray(eventStreams.key, [old, fresh]));
+      if (heads.length === 1) break;
+      await sleep(20);
+    }
+    expect(heads.map((h) => h.key)).toEqual([fresh]);
+    expect(await db.select().from(streamEvents).where(eq(streamEvents.streamKey, old))).toEqual([]);
+  });
+
+  it('stores text with NUL characters (jsonb refuses them) instead of losing the batch', async () => {
+    const publisher = hub(testDb.database);
+    const key = `test:nul-${Math.random()}`;
+    await publisher.publish(key, 1, 'done', { content: 'a\u0000b' });
+    const [row] = await testDb.database.db.select().from(streamEvents).where(eq(streamEvents.streamKey, key));
+    expect(row.data).toEqual({ content: 'a\ufffdb' });
+  });
+});
