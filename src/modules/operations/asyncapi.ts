@@ -114,6 +114,13 @@ const webhookEvents: Record<string, { summary: string; payload: TSchema }> = {
       }),
     }),
   },
+  webhook_test: {
+    summary: 'Sent by POST /api/v1/projects/:id/webhooks/:webhook_id/test, whatever the subscription',
+    payload: Type.Object({
+      event_name: Type.Literal('webhook_test'),
+      event_data: Type.Object({ project_id: Type.Integer(), webhook_id: Type.Integer(), message: Type.String() }),
+    }),
+  },
 };
 
 function messagesOf(prefix: string, events: Record<string, { summary: string; payload: TSchema }>) {
