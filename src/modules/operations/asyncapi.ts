@@ -20,6 +20,19 @@ const ChatMessage = Type.Object({
   model: Nullable(Type.String()),
   created_at: Timestamp,
   tool_executions: Type.Array(ToolExecution),
+  usage: Type.Optional(
+    Type.Object(
+      { input_tokens: Type.Integer(), output_tokens: Type.Integer(), credits: Type.Number() },
+      {
+        description: 'Assistant messages: tokens the model reported over every step, and the credits charged',
+      },
+    ),
+  ),
+  cancelled: Type.Optional(
+    Type.Literal(true, {
+      description: 'A reply stopped by POST /api/v2/chats/:id/cancel (content as far as it got)',
+    }),
+  ),
 });
 
 const Chat = Type.Object({
@@ -118,7 +131,11 @@ const webhookEvents: Record<string, { summary: string; payload: TSchema }> = {
     summary: 'Sent by POST /api/v1/projects/:id/webhooks/:webhook_id/test, whatever the subscription',
     payload: Type.Object({
       event_name: Type.Literal('webhook_test'),
-      event_data: Type.Object({ project_id: Type.Integer(), webhook_id: Type.Integer(), message: Type.String() }),
+      event_data: Type.Object({
+        project_id: Type.Integer(),
+        webhook_id: Type.Integer(),
+        message: Type.String(),
+      }),
     }),
   },
 };
@@ -179,13 +196,13 @@ export function asyncApiDocument(publicBaseUrl: string) {
     channels: {
       chatStream: channel(
         '/api/v2/chats/{chat_id}/stream',
-        'POST /api/v2/chats and POST /api/v2/chats/:id/messages with stream: true, and GET /api/v2/chats/:id/stream to reattach.',
+        "POST /api/v2/chats and POST /api/v2/chats/:id/messages with stream: true, and GET /api/v2/chats/:id/stream to reattach (after the `Last-Event-ID` header or `?after=`, from any server process). `id:` counts the turn's events from 1; an event the server adds itself (a 504 reply timeout, or an `error` for a turn whose process stopped) repeats the last id delivered. A POST repeated with the same `Idempotency-Key` and body replays the same stream from its start.",
         'chat',
         chatEvents,
       ),
       artifactStream: channel(
         '/api/v1/artifact_types/{artifact_type_slug}/artifacts/stream',
-        'POST .../artifacts/stream and .../artifacts/:artifact_id/refine_stream.',
+        'POST .../artifacts/stream and .../artifacts/:artifact_id/refine_stream. `id:` counts the events from 1; a POST repeated with the same `Idempotency-Key` and body replays the same stream from its start instead of generating again.',
         'artifact',
         artifactEvents,
       ),
