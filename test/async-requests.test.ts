@@ -187,12 +187,46 @@ describe('fire-and-forget generation', () => {
     const [delivery] = await receiver.waitFor(1, { match: forRequest(id) });
     expect(delivery.body).toEqual({
       event_name: 'artifact_generation_failed',
-      event_data: { api_async_create_event_id: id, project_id: s.org.projectId, artifact_type_slug: s.slug },
+      event_data: {
+        api_async_create_event_id: id,
+        project_id: s.org.projectId,
+        artifact_type_slug: s.slug,
+        reason: expect.any(String),
+      },
     });
     expect(verified(s.secret, delivery)).toEqual(delivery.body);
     const status = await statusOf(t, s.org.orgKey, id);
     expect(status).toMatchObject({ status: 'failed', artifact_id: null, error: expect.any(String) });
     expect(status.error.length).toBeGreaterThan(0);
+  });
+
+  it('cancels a running request: the model call stops, it ends failed, and the webhook says why', async () => {
+    fake.enqueue({ text: 'never finished', hang: true });
+    const res = await call(t, 'POST', generateUrl(s), { key: s.org.orgKey, body: generateBody(s) });
+    const id = res.body.api_async_create_event_id as string;
+    await fake.waitForRequests(fake.requests.length + 1);
+    const cancelled = await call(t, 'POST', `/api/v1/async_requests/${id}/cancel`, { key: s.org.orgKey });
+    expectStatus(cancelled, 200);
+    expect(cancelled.body.async_request).toMatchObject({
+      id,
+      status: 'failed',
+      error: 'Cancelled by the client',
+    });
+    const [delivery] = await receiver.waitFor(1, { match: forRequest(id) });
+    expect(delivery.body).toEqual({
+      event_name: 'artifact_generation_failed',
+      event_data: {
+        api_async_create_event_id: id,
+        project_id: s.org.projectId,
+        artifact_type_slug: s.slug,
+        reason: 'Cancelled by the client',
+      },
+    });
+    expectV1Error(await call(t, 'POST', `/api/v1/async_requests/${id}/cancel`, { key: s.org.orgKey }), 409);
+    // The job let go of the model call and saved nothing.
+    await new Promise((r) => setTimeout(r, 1200));
+    expect(await statusOf(t, s.org.orgKey, id)).toMatchObject({ status: 'failed', artifact_id: null });
+    expect(receiver.received.filter(forRequest(id))).toHaveLength(1);
   });
 
   it('refines in the background with fire_and_forget and notifies artifact_refined', async () => {
@@ -310,3 +344,5 @@ describe('fire-and-forget across a restart', () => {
 });
 
 describeAuthMatrix('v1', [{ method: 'GET', url: `/api/v1/async_requests/${randomUUID()}` }]);
+
+describeAuthMatrix('v1', [{ method: 'POST', url: `/api/v1/async_requests/${randomUUID()}/cancel` }]);

@@ -1,9 +1,9 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { contextOf } from '../../http/context.js';
-import { v1Responses } from '../../http/schemas.js';
+import { V1Error, v1Responses } from '../../http/schemas.js';
 import { presentAsyncRequest } from './presenter.js';
 import { AsyncRequestParams, AsyncRequestResponse } from './schemas.js';
-import { getAsyncRequest } from './service.js';
+import { cancelAsyncRequest, getAsyncRequest } from './service.js';
 
 export const asyncRequestRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
@@ -18,6 +18,22 @@ export const asyncRequestRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     async (request) => ({
       async_request: presentAsyncRequest(await getAsyncRequest(contextOf(request), request.params.id)),
+    }),
+  );
+
+  app.post(
+    '/async_requests/:id/cancel',
+    {
+      schema: {
+        tags: ['Artifacts'],
+        summary:
+          'Cancel a fire-and-forget request still running: it ends as failed and artifact_generation_failed is sent with the reason',
+        params: AsyncRequestParams,
+        response: v1Responses({ 200: AsyncRequestResponse, 409: V1Error }),
+      },
+    },
+    async (request) => ({
+      async_request: presentAsyncRequest(await cancelAsyncRequest(contextOf(request), request.params.id)),
     }),
   );
 };

@@ -3,7 +3,7 @@ import { and, eq, inArray, sql } from 'drizzle-orm';
 import type { FastifyBaseLogger } from 'fastify';
 import { type AsyncRequestKind, asyncRequests, webhookEvents } from '../../db/schema/index.js';
 import type { AppDeps, ServiceContext } from '../../http/context.js';
-import { notFound, toApiError } from '../../http/errors.js';
+import { conflict, notFound, toApiError } from '../../http/errors.js';
 import { recordEvent } from '../../jobs/outbox.js';
 import {
   type GenerateArtifactInput,
@@ -156,15 +156,22 @@ async function settleFromOutbox(deps: AppDeps, row: AsyncRequestRow): Promise<bo
   return true;
 }
 
-/** Marks the request failed and records `artifact_generation_failed` in the same transaction. */
-async function fail(deps: AppDeps, row: AsyncRequestRow, message: string) {
-  await deps.database.db.transaction(async (tx) => {
+/**
+ * Marks the request failed and records `artifact_generation_failed` in the same transaction; the
+ * event carries `reason` (an addition to the spec's fields). False when it had already ended.
+ */
+async function fail(
+  deps: Pick<AppDeps, 'database'>,
+  row: AsyncRequestRow,
+  message: string,
+): Promise<boolean> {
+  return deps.database.db.transaction(async (tx) => {
     const updated = await tx
       .update(asyncRequests)
       .set({ status: 'failed', error: message, updatedAt: sql`now()` })
       .where(and(eq(asyncRequests.id, row.id), eq(asyncRequests.status, 'accepted')))
       .returning({ id: asyncRequests.id });
-    if (updated.length === 0) return;
+    if (updated.length === 0) return false;
     await recordEvent(tx, {
       organizationId: row.organizationId,
       projectId: row.projectId,
@@ -173,9 +180,40 @@ async function fail(deps: AppDeps, row: AsyncRequestRow, message: string) {
         api_async_create_event_id: row.id,
         project_id: row.projectId,
         artifact_type_slug: row.artifactTypeSlug,
+        reason: message,
       },
     });
+    return true;
   });
+}
+
+export const CANCELLED = 'Cancelled by the client';
+const CANCEL_POLL_MS = 500;
+
+/**
+ * Cancels an accepted request (issue 9): it ends as failed with `artifact_generation_failed`
+ * carrying the cancellation reason. A job not started yet never runs; a running one notices
+ * within CANCEL_POLL_MS (from any process) and aborts its model call. 409 once it has ended.
+ */
+export async function cancelAsyncRequest(ctx: ServiceContext, id: string): Promise<AsyncRequestRow> {
+  const row = await getAsyncRequest(ctx, id);
+  if (row.status !== 'accepted' || !(await fail(ctx, row, CANCELLED))) {
+    throw conflict(`The request has already ended (${row.status})`, 'async_request_not_running');
+  }
+  return getAsyncRequest(ctx, id);
+}
+
+/** Aborts `controller` once the request is no longer accepted (cancelled from any process). */
+function watchForCancel(deps: AppDeps, requestId: string, controller: AbortController): () => void {
+  const timer = setInterval(() => {
+    acceptedRequest(deps, requestId)
+      .then((row) => {
+        if (!row) controller.abort(new Error(CANCELLED));
+      })
+      .catch(() => {});
+  }, CANCEL_POLL_MS);
+  timer.unref();
+  return () => clearInterval(timer);
 }
 
 async function acceptedRequest(deps: AppDeps, requestId: string) {
@@ -199,7 +237,9 @@ export async function runAsyncRequest(deps: AppDeps, requestId: string, log: Fas
     principal: { ...row.principal, organizationId: row.organizationId },
     log: log.child({ asyncRequestId: row.id }),
   };
-  const options = { families: deps.toolFamilies };
+  const controller = new AbortController();
+  const stopWatching = watchForCancel(deps, row.id, controller);
+  const options = { families: deps.toolFamilies, signal: controller.signal };
   let artifactId: number;
   try {
     if (row.kind === 'generate') {
@@ -210,10 +250,14 @@ export async function runAsyncRequest(deps: AppDeps, requestId: string, log: Fas
       artifactId = (await runRefinement(ctx, await prepareRefinement(ctx, input), options)).artifact.id;
     }
   } catch (err) {
+    // A cancelled request has already been marked failed, with its event.
+    if (controller.signal.aborted) return;
     const apiError = toApiError('v1', err);
     if (apiError.status >= 500) ctx.log.error({ err }, 'fire-and-forget artifact request failed');
     await fail(deps, row, apiError.message);
     return;
+  } finally {
+    stopWatching();
   }
   await settle(deps, row, artifactId);
 }
