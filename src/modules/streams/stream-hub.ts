@@ -44,7 +44,7 @@ export const DEFAULT_STREAM_HUB_OPTIONS: StreamHubOptions = {
   flushMs: 75,
   aliveMs: 60_000,
   pollMs: 1_000,
-  retainLocalMs: 60_000,
+  retainLocalMs: 15_000,
   retentionMs: 24 * 3600_000,
 };
 
