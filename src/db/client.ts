@@ -103,6 +103,9 @@ async function openPostgres(url: string, max: number): Promise<Database> {
   const pool = new pg.Pool({ connectionString: url, max, options: '-c TimeZone=UTC' });
   // An idle client losing its server must not crash the process; the next query reports it.
   pool.on('error', () => {});
+  // Nor may a checked-out one (a transaction): the pool listens only to idle clients, and pg emits
+  // 'error' on a client whose connection drops. Its queries reject, and the pool discards it on release.
+  pool.on('connect', (client) => client.on('error', () => {}));
   const db = drizzlePg({ client: pool, schema }) as unknown as Db;
   let closed = false;
   return {
