@@ -34,7 +34,29 @@ export function describeFailure(err: unknown): TurnFailure {
   if (err instanceof ApiError) return new TurnFailure(err.message, err.code);
   const apiError = toApiError('v2', err);
   if (apiError.status !== 500) return new TurnFailure(apiError.message, apiError.code);
+  // Not the model's failure, and its message holds SQL or the database's address: those stay in the log.
+  if (isDatabaseFailure(err))
+    return new TurnFailure(
+      'The reply could not be saved: the database is unavailable; send the message again',
+      'database_unavailable',
+    );
   return new TurnFailure(`The model failed while generating the reply: ${errorMessage(err)}`, 'model_error');
+}
+
+/**
+ * A failed query (Drizzle wraps those) or a lost connection of the service's database. Model and
+ * tool-server failures never look like this: the AI SDK wraps them in its own errors.
+ */
+function isDatabaseFailure(err: unknown): boolean {
+  for (let e = err as any, depth = 0; e && depth < 5; e = e.cause, depth++) {
+    if (e.name === 'DrizzleQueryError' || e.constructor?.name === 'DatabaseError') return true;
+    if (
+      /^Connection terminated|not queryable|timeout exceeded when trying to connect/.test(String(e.message))
+    )
+      return true;
+    if (e.syscall === 'connect') return true;
+  }
+  return false;
 }
 
 function providerMessage(err: unknown): string {
