@@ -1,3 +1,4 @@
+import { setMaxListeners } from 'node:events';
 import type { LanguageModelV3 } from '@ai-sdk/provider';
 import { type ModelMessage, stepCountIs, streamText } from 'ai';
 import { eq, sql } from 'drizzle-orm';
@@ -96,7 +97,10 @@ export class TurnRunner {
       /** Carries cancel requests between processes; null keeps them within this one. */
       notifier: Notifier | null;
     },
-  ) {}
+  ) {
+    // Every running turn listens for the shutdown; hundreds at once are expected, not a leak.
+    setMaxListeners(0, this.shutdown.signal);
+  }
 
   /** Stops a turn running in this process (its partial reply is kept); false when it runs elsewhere. */
   cancel(turnId: number): boolean {
