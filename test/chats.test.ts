@@ -41,6 +41,8 @@ describeAuthMatrix('v2', [
   { method: 'DELETE', url: '/api/v2/chats/1' },
   { method: 'POST', url: '/api/v2/chats/1/messages', body: { content: 'hi' } },
   { method: 'GET', url: '/api/v2/chats/1/messages' },
+  { method: 'GET', url: '/api/v2/chats/1/stream' },
+  { method: 'POST', url: '/api/v2/chats/1/cancel' },
 ]);
 
 const NO_PROVIDER = /built-in offline model.*No model provider is configured/s;
