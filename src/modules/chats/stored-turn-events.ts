@@ -1,5 +1,5 @@
 import type { StreamEnd, StreamHub, StreamState } from '../streams/stream-hub.js';
-import type { NumberedTurnEvent, TurnEvent, TurnEventHub } from './turn-events.js';
+import type { NumberedTurnEvent, TurnEventHub } from './turn-events.js';
 
 /** The stream key of a chat turn's events (also the Idempotency-Key stream reference). */
 export const turnStreamKey = (turnId: number) => `chat-turn:${turnId}`;
@@ -32,8 +32,8 @@ export class StoredTurnEventHub implements TurnEventHub {
   ): () => void {
     return this.streams.subscribe(turnStreamKey(turnId), afterSeq, {
       onEvent: (event) =>
-        listener({ name: event.name, data: event.data, turnId, seq: event.seq } as TurnEvent &
-          NumberedTurnEvent),
+        // Stored events are the ones turns published: their names and data are TurnEvent's.
+        listener({ name: event.name, data: event.data, turnId, seq: event.seq } as NumberedTurnEvent),
       onEnd: (reason) => onEnd?.(reason),
     });
   }
