@@ -145,14 +145,12 @@ describe('the stream hub', () => {
   it('prunes streams that ended longer ago than the retention, with their events', async () => {
     const db = testDb.database.db;
     const old = `test:old-${Math.random()}`;
-    await db
-      .insert(eventStreams)
-      .values({
-        key: old,
-        lastSeq: 1,
-        aliveUntil: sql`now() - interval '2 days'`,
-        endedAt: sql`now() - interval '2 days'`,
-      });
+    await db.insert(eventStreams).values({
+      key: old,
+      lastSeq: 1,
+      aliveUntil: sql`now() - interval '2 days'`,
+      endedAt: sql`now() - interval '2 days'`,
+    });
     await db.insert(streamEvents).values({ streamKey: old, seq: 1, event: 'done', data: {} });
     const publisher = hub(testDb.database);
     const fresh = `test:fresh-${Math.random()}`;
