@@ -7,5 +7,7 @@ export default defineConfig({
     include: ['test/slow/**/*.fault.ts'],
     testTimeout: 180_000,
     hookTimeout: 120_000,
+    // Both files mostly wait (a lease, an outage): run them side by side even on two cores.
+    maxWorkers: 2,
   },
 });
