@@ -113,8 +113,10 @@ describe.runIf(runs)('several processes on one PostgreSQL and Redis', () => {
 
     for (let round = 0; round < 3; round++) {
       fake.reset();
-      // Each reply takes about a second, so every request of the round arrives while one runs.
-      fake.setResponder(() => ({ text: `Reply of round ${round} to the winner`, chunkDelayMs: 100 }));
+      // Each reply takes about two seconds, so every request of the round arrives while one runs,
+      // even on a busy machine.
+      const reply = `Reply of round ${round} to the winner, told slowly, one word at a time`;
+      fake.setResponder(() => ({ text: reply, chunkDelayMs: 150 }));
       const plain = [a, b, a, b, a, b].map((server, i) =>
         api(server, 'POST', path, { key, body: { content: `Round ${round}, sender ${i}` } }),
       );
@@ -142,7 +144,7 @@ describe.runIf(runs)('several processes on one PostgreSQL and Redis', () => {
       expect(fake.chatRequests()).toHaveLength(1);
       const history = await api(b, 'GET', `${path}?page_size=100`, { key });
       expect(history.body.response.messages).toHaveLength(2 * (round + 1));
-      expect(history.body.response.messages.at(-1).content).toBe(`Reply of round ${round} to the winner`);
+      expect(history.body.response.messages.at(-1).content).toBe(reply);
     }
     const turns = await db.query<{ status: string }>('select status from chat_turns where chat_id = $1', [
       chatId,
