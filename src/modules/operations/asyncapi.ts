@@ -1,49 +1,8 @@
 import { type TSchema, Type } from '@sinclair/typebox';
-import { Nullable, Timestamp } from '../../http/schemas.js';
+import { ChatView as Chat, MessageView as ChatMessage } from '../chats/schemas.js';
 
 // Payloads of spec section 6, as JSON Schema. The SSE `id:` line carries each event's sequence number.
-const ToolExecution = Type.Object({
-  id: Type.Integer(),
-  tool_name: Type.String(),
-  tool_call_id: Type.String(),
-  status: Type.String({ description: 'completed or failed' }),
-  parameters: Type.Object({}, { additionalProperties: true }),
-  result: Type.Unknown(),
-  error: Type.Unknown({ description: 'null on success' }),
-  execution_time_ms: Type.Integer(),
-});
-
-const ChatMessage = Type.Object({
-  id: Type.Integer(),
-  role: Type.String({ enum: ['assistant', 'user'] }),
-  content: Type.String(),
-  model: Nullable(Type.String()),
-  created_at: Timestamp,
-  tool_executions: Type.Array(ToolExecution),
-  usage: Type.Optional(
-    Type.Object(
-      { input_tokens: Type.Integer(), output_tokens: Type.Integer(), credits: Type.Number() },
-      {
-        description: 'Assistant messages: tokens the model reported over every step, and the credits charged',
-      },
-    ),
-  ),
-  cancelled: Type.Optional(
-    Type.Literal(true, {
-      description: 'A reply stopped by POST /api/v2/chats/:id/cancel (content as far as it got)',
-    }),
-  ),
-});
-
-const Chat = Type.Object({
-  id: Type.Integer(),
-  title: Type.String(),
-  project_id: Type.Integer(),
-  model_configuration_id: Type.Integer(),
-  agent_id: Nullable(Type.Integer()),
-  created_at: Timestamp,
-});
-
+// Chat, Message and Tool execution are the API's own response schemas.
 const chatEvents: Record<string, { summary: string; payload: TSchema }> = {
   content: { summary: 'A chunk of assistant text', payload: Type.Object({ content: Type.String() }) },
   tool_start: {
