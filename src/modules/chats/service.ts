@@ -5,7 +5,15 @@ import type { OrgPrincipal } from '../../http/auth.js';
 import type { ServiceContext } from '../../http/context.js';
 import { notFound } from '../../http/errors.js';
 import { offsetOf, type PageQuery } from '../../http/pagination.js';
-import { chatModelConfiguration, modelForNewChat, usableAgent, usableProject } from './access.js';
+import type { ProjectRow } from '../projects/access.js';
+import {
+  type AgentRow,
+  chatModelConfiguration,
+  type ModelConfigurationRow,
+  modelForNewChat,
+  usableAgent,
+  usableProject,
+} from './access.js';
 import { type ChatRow, type MessageRow, presentMessage, type ToolExecutionRow } from './presenter.js';
 import type { ChatListQuery, CreateChatBody, MessageView } from './schemas.js';
 import type { TurnPlan } from './turn-runner.js';
@@ -81,14 +89,21 @@ export async function createChat(
  */
 export async function prepareTurn(ctx: ServiceContext, chatId: number): Promise<TurnPlan> {
   const chat = await findChat(ctx, chatId);
-  const project = await usableProject(ctx.db, ctx.principal, chat.projectId);
-  const agent = chat.agentId === null ? null : await usableAgent(ctx.db, ctx.principal, chat.agentId);
-  const configuration = await chatModelConfiguration(
-    ctx.db,
-    ctx.principal.organizationId,
-    chat.modelConfigurationId,
-  );
-  return { chat, project, agent, configuration };
+  // The three lookups are independent: one round trip of waiting instead of three (they sit on the
+  // path to the model's first token). A failure is reported in the order of the checks, not of arrival.
+  const [project, agent, configuration] = await Promise.allSettled([
+    usableProject(ctx.db, ctx.principal, chat.projectId),
+    chat.agentId === null ? null : usableAgent(ctx.db, ctx.principal, chat.agentId),
+    chatModelConfiguration(ctx.db, ctx.principal.organizationId, chat.modelConfigurationId),
+  ]);
+  for (const outcome of [project, agent, configuration])
+    if (outcome.status === 'rejected') throw outcome.reason;
+  return {
+    chat,
+    project: (project as PromiseFulfilledResult<ProjectRow>).value,
+    agent: (agent as PromiseFulfilledResult<AgentRow | null>).value,
+    configuration: (configuration as PromiseFulfilledResult<ModelConfigurationRow>).value,
+  };
 }
 
 export async function listChats(ctx: ServiceContext, query: ChatListQuery) {

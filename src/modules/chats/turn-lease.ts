@@ -10,7 +10,13 @@ import { conflict } from '../../http/errors.js';
  */
 export async function acquireTurnLease(
   tx: Queryable,
-  lease: { organizationId: number; chatId: number; leaseMs: number },
+  lease: {
+    organizationId: number;
+    chatId: number;
+    leaseMs: number;
+    userMessageId?: number;
+    assistantMessageId?: number;
+  },
 ): Promise<number> {
   const stale = await tx
     .update(chatTurns)
@@ -38,6 +44,8 @@ export async function acquireTurnLease(
       organizationId: lease.organizationId,
       chatId: lease.chatId,
       status: 'running',
+      userMessageId: lease.userMessageId ?? null,
+      assistantMessageId: lease.assistantMessageId ?? null,
       leaseExpiresAt: sql`now() + make_interval(secs => ${lease.leaseMs / 1000})`,
     })
     .onConflictDoNothing()

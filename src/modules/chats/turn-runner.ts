@@ -4,7 +4,7 @@ import { type ModelMessage, stepCountIs, streamText } from 'ai';
 import { eq, sql } from 'drizzle-orm';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Database } from '../../db/client.js';
-import { type AgentTool, chatMessages, chats, chatTurns } from '../../db/schema/index.js';
+import { type AgentTool, chatMessages, chats } from '../../db/schema/index.js';
 import type { ServiceContext } from '../../http/context.js';
 import { ApiError } from '../../http/errors.js';
 import { languageModelOf } from '../../llm/resolve-model.js';
@@ -122,46 +122,54 @@ export class TurnRunner {
   ): Promise<StartedTurn> {
     const { principal } = ctx;
     const { db } = this.deps.database;
-    await ensureCredits(db, principal.organizationId);
-    const skill = await expandSlashCommand(db, principal.organizationId, content);
+    // Both are reads; waiting for them together keeps one round trip off the first token. The 402
+    // still comes before anything is written.
+    const [credits, slash] = await Promise.allSettled([
+      ensureCredits(db, principal.organizationId),
+      expandSlashCommand(db, principal.organizationId, content),
+    ]);
+    if (credits.status === 'rejected') throw credits.reason;
+    if (slash.status === 'rejected') throw slash.reason;
+    const skill = slash.value;
     const ids = await db.transaction(async (tx) => {
+      // Both messages in one statement, then the lease pointing at them: a refused lease (409)
+      // rolls the messages back with it.
+      const inserted = await tx
+        .insert(chatMessages)
+        .values([
+          {
+            organizationId: principal.organizationId,
+            chatId: plan.chat.id,
+            role: 'user',
+            content,
+            prompt: skill?.prompt ?? null,
+            status: 'completed',
+            completedAt: sql`now()`,
+          },
+          {
+            organizationId: principal.organizationId,
+            chatId: plan.chat.id,
+            role: 'assistant',
+            model: plan.configuration.model,
+            modelConfigurationId: plan.configuration.id,
+            status: 'generating',
+          },
+        ])
+        .returning({ id: chatMessages.id, role: chatMessages.role });
+      const userMessageId = inserted.find((m) => m.role === 'user')!.id;
+      const assistantMessageId = inserted.find((m) => m.role === 'assistant')!.id;
       const turnId = await acquireTurnLease(tx, {
         organizationId: principal.organizationId,
         chatId: plan.chat.id,
         leaseMs: this.deps.settings.leaseMs,
+        userMessageId,
+        assistantMessageId,
       });
-      const [user] = await tx
-        .insert(chatMessages)
-        .values({
-          organizationId: principal.organizationId,
-          chatId: plan.chat.id,
-          role: 'user',
-          content,
-          prompt: skill?.prompt ?? null,
-          status: 'completed',
-          completedAt: sql`now()`,
-        })
-        .returning({ id: chatMessages.id });
-      const [assistant] = await tx
-        .insert(chatMessages)
-        .values({
-          organizationId: principal.organizationId,
-          chatId: plan.chat.id,
-          role: 'assistant',
-          model: plan.configuration.model,
-          modelConfigurationId: plan.configuration.id,
-          status: 'generating',
-        })
-        .returning({ id: chatMessages.id });
-      await tx
-        .update(chatTurns)
-        .set({ userMessageId: user.id, assistantMessageId: assistant.id })
-        .where(eq(chatTurns.id, turnId));
       await tx
         .update(chats)
         .set({ updatedAt: sql`now()`, title: sql`coalesce(${chats.title}, ${titleFrom(content)})` })
         .where(eq(chats.id, plan.chat.id));
-      return { turnId, userMessageId: user.id, assistantMessageId: assistant.id };
+      return { turnId, userMessageId, assistantMessageId };
     });
 
     const abort = new AbortController();
@@ -356,14 +364,18 @@ export class TurnRunner {
       agentId: plan.agent?.id ?? null,
       signal,
     };
-    const toolSet = await collectTools(families, plan.agent ? plan.agent.tools : DEFAULT_CHAT_TOOLS, scope);
+    // Independent reads on the way to the first token: waited for together.
+    const [toolSet, skills, history] = await Promise.all([
+      collectTools(families, plan.agent ? plan.agent.tools : DEFAULT_CHAT_TOOLS, scope),
+      plan.agent ? skillsOfAgent(db, plan.agent.id) : [],
+      conversationOf(db, plan.chat.id, settings.historyLimit),
+    ]);
     const system = buildSystemPrompt({
       project: plan.project,
       agent: plan.agent,
-      skills: plan.agent ? await skillsOfAgent(db, plan.agent.id) : [],
+      skills,
       toolNotes: toolSet.notes,
     });
-    const history = await conversationOf(db, plan.chat.id, settings.historyLimit);
     const messages: ModelMessage[] = history
       .map((m) => ({ role: m.role, content: m.prompt ?? m.content }))
       .filter((m) => m.content.length > 0);
