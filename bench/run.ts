@@ -171,6 +171,12 @@ async function startService(env: Record<string, string>): Promise<{ child: Child
 }
 
 async function measureStreaming(base: string, key: string, projectId: number, modelUrl: string, pid: number) {
+  // One turn first, unmeasured: the process's first turn pays for compiling code paths, opening
+  // pool connections and LISTEN, which is start-up cost, not per-stream overhead.
+  const warmChat = (await api(base, key, 'POST', '/api/v2/chats', { project_id: projectId })).response.chat
+    .id;
+  await directStream(modelUrl);
+  await serviceStream(base, key, warmChat);
   const rows = [];
   for (const level of LEVELS) {
     log(`streaming at ${level} concurrent...`);

@@ -13,7 +13,7 @@ import { chargeUsage, ensureCredits, type Usage } from '../credits/service.js';
 import type { ProjectRow } from '../projects/access.js';
 import type { Notifier } from '../streams/notifier.js';
 import type { AgentRow, ModelConfigurationRow } from './access.js';
-import type { ChatRow } from './presenter.js';
+import { type ChatRow, presentMessage } from './presenter.js';
 import type { ChatView, MessageView } from './schemas.js';
 import { conversationOf, messageView, titleFrom } from './service.js';
 import { buildSystemPrompt, expandSlashCommand, skillsOfAgent } from './system-prompt.js';
@@ -242,6 +242,7 @@ export class TurnRunner {
     );
 
     let text = '';
+    let usedTools = false;
     const usage: Usage = { inputTokens: 0, outputTokens: 0 };
     try {
       const stream = await this.startModel(ctx, plan, abort.signal, watchdog);
@@ -264,6 +265,7 @@ export class TurnRunner {
             });
           } else if (part.type === 'tool-result' || part.type === 'tool-error') {
             if (part.type === 'tool-result' && part.preliminary) continue;
+            usedTools = true;
             const data = await recordToolExecution(db, {
               organizationId: ctx.principal.organizationId,
               messageId: ids.assistantMessageId,
@@ -293,9 +295,9 @@ export class TurnRunner {
         usage.outputTokens = total.outputTokens ?? usage.outputTokens;
       }
 
-      await db.transaction(async (tx) => {
+      const row = await db.transaction(async (tx) => {
         const credits = await chargeUsage(tx, this.chargeOf(ctx, plan, ids.assistantMessageId, usage));
-        await tx
+        const [updated] = await tx
           .update(chatMessages)
           .set({
             content: text,
@@ -307,10 +309,13 @@ export class TurnRunner {
             createdAt: sql`now()`,
             completedAt: sql`now()`,
           })
-          .where(eq(chatMessages.id, ids.assistantMessageId));
+          .where(eq(chatMessages.id, ids.assistantMessageId))
+          .returning();
         await releaseTurnLease(tx, ids.turnId, 'completed');
+        return updated;
       });
-      const message = await messageView(db, ids.assistantMessageId);
+      // The stored row is at hand: read it back only when tool executions belong in the view.
+      const message = usedTools ? await messageView(db, ids.assistantMessageId) : presentMessage(row);
       await publish({
         name: 'done',
         data: options.announceChat ? { message, chat: options.announceChat } : { message },
