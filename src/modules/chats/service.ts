@@ -170,9 +170,10 @@ export async function messageView(db: Queryable, messageId: number): Promise<Mes
 
 /** History, oldest first. */
 export async function listMessages(ctx: ServiceContext, chatId: number, query: PageQuery) {
-  await findChat(ctx, chatId);
   const where = and(eq(chatMessages.chatId, chatId), visibleMessage);
-  const [rows, [{ total }]] = await Promise.all([
+  // The ownership check runs alongside the page: nothing is returned unless it passes (404).
+  const [owned, page, counted] = await Promise.allSettled([
+    findChat(ctx, chatId),
     ctx.db
       .select()
       .from(chatMessages)
@@ -182,7 +183,10 @@ export async function listMessages(ctx: ServiceContext, chatId: number, query: P
       .offset(offsetOf(query)),
     ctx.db.select({ total: count() }).from(chatMessages).where(where),
   ]);
-  return { messages: await presentMessages(ctx.db, rows), total };
+  if (owned.status === 'rejected') throw owned.reason;
+  if (page.status === 'rejected') throw page.reason;
+  if (counted.status === 'rejected') throw counted.reason;
+  return { messages: await presentMessages(ctx.db, page.value), total: counted.value[0].total };
 }
 
 /** The turns' view of the conversation so far: finished messages, oldest first, the newest `limit`. */
