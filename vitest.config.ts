@@ -6,6 +6,8 @@ const backends = ['pglite', ...(process.env.TEST_DATABASE_URL ? ['postgres'] : [
 export default defineConfig({
   test: {
     globalSetup: ['./test/global-setup.ts'],
+    // Vitest's default on 2 cores is one worker; most tests wait on I/O, timers and child processes.
+    maxWorkers: 3,
     testTimeout: 30_000,
     hookTimeout: 60_000,
     include: ['test/**/*.test.ts'],
