@@ -16,12 +16,16 @@ describe('rate limiting (in memory)', () => {
     const first = await call(t, 'GET', '/api/v1/users', { key });
     expect(first.headers['ratelimit-limit']).toBe('3');
     expect(first.headers['ratelimit-remaining']).toBe('2');
+    // Seconds until the window (one minute) resets the budget.
+    const reset = Number(first.headers['ratelimit-reset']);
+    expect(Number.isInteger(reset) && reset > 0 && reset <= 60).toBe(true);
     await call(t, 'GET', '/api/v1/users', { key });
     const third = await call(t, 'GET', '/api/v1/users', { key });
     expect(third.headers['ratelimit-remaining']).toBe('0');
     const limited = await call(t, 'GET', '/api/v1/users', { key });
     expectV1Error(limited, 429, 'rate_limited');
     expect(String(limited.headers['retry-after'])).toMatch(/^\d+$/);
+    expect(Number(limited.headers['retry-after'])).toBeLessThanOrEqual(60);
     // Budgets are per key: another key is unaffected.
     expectStatus(await call(t, 'GET', '/api/v1/users', { key: t.boot.personal_key }), 200);
   });
