@@ -22,7 +22,12 @@ describe('AsyncAPI document', () => {
       .map((m) => m.name());
     for (const event of ['content', 'tool_start', 'tool_result', 'done', 'error', 'chunk'])
       expect(names).toContain(event);
-    for (const event of ['artifact_generated', 'artifact_refined', 'artifact_generation_failed', 'webhook_test'])
+    for (const event of [
+      'artifact_generated',
+      'artifact_refined',
+      'artifact_generation_failed',
+      'webhook_test',
+    ])
       expect(names).toContain(event);
   });
 });
