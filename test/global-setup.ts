@@ -12,13 +12,24 @@ declare module 'vitest' {
   export interface ProvidedContext {
     pgliteTemplate: string;
     postgresTemplate: string;
+    testScratchDir: string;
   }
 }
 
 /** Migrates one template per run; each test app then clones it instead of migrating again. */
 export default async function setup(project: TestProject) {
+  // Every test app's DATA_DIR goes under one directory per run, removed at the end.
+  const scratch = mkdtempSync(path.join(os.tmpdir(), 'scriptorium-run-'));
+  project.provide('testScratchDir', scratch);
+  const removeScratch = () => rmSync(scratch, { recursive: true, force: true });
   const backend = project.name;
-  if (backend === 'postgres') return setupPostgres(project);
+  if (backend === 'postgres') {
+    const teardown = await setupPostgres(project);
+    return async () => {
+      await teardown();
+      removeScratch();
+    };
+  }
   if (!process.env.TEST_DATABASE_URL) {
     console.log(
       '\n[notice] TEST_DATABASE_URL is not set: the PostgreSQL backend is skipped; PGlite runs every test.\n',
@@ -33,7 +44,10 @@ export default async function setup(project: TestProject) {
   writeFileSync(file, Buffer.from(await dump.arrayBuffer()));
   await database.close();
   project.provide('pgliteTemplate', file);
-  return () => rmSync(dir, { recursive: true, force: true });
+  return () => {
+    rmSync(dir, { recursive: true, force: true });
+    removeScratch();
+  };
 }
 
 export function adminUrl(url: string, database = 'postgres') {

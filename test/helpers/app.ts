@@ -1,8 +1,7 @@
 import { mkdtempSync } from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify';
-import { expect } from 'vitest';
+import { expect, inject } from 'vitest';
 import { buildApp } from '../../src/app.js';
 import { loadConfig } from '../../src/config.js';
 import { createSecretBox } from '../../src/crypto/secret-box.js';
@@ -28,7 +27,7 @@ export const TEST_SECRET = 'test-secret-key-0123456789abcdef';
 /** Environment for the app under test; each test may override any variable. */
 export function testEnv(overrides: Record<string, string> = {}): Record<string, string> {
   return {
-    DATA_DIR: mkdtempSync(path.join(os.tmpdir(), 'scriptorium-test-')),
+    DATA_DIR: mkdtempSync(path.join(inject('testScratchDir'), 'app-')),
     LOG_LEVEL: 'silent',
     SECRET_KEY: TEST_SECRET,
     RATE_LIMIT_PER_MINUTE: '100000',
