@@ -1,5 +1,5 @@
 import { eq } from 'drizzle-orm';
-import { createParser, type EventSourceMessage } from 'eventsource-parser';
+import type { EventSourceMessage } from 'eventsource-parser';
 import {
   apiKeys,
   artifactTypes,
@@ -12,6 +12,7 @@ import {
 import type { ServiceContext } from '../src/http/context.js';
 import type { TestApp, TestOrg } from './helpers/app.js';
 import type { FakeModelServer } from './helpers/fake-model-server.js';
+import { readSse } from './helpers/sse.js';
 
 /**
  * Rows the management endpoints would create (artifact types, skills, model configurations),
@@ -103,27 +104,21 @@ export interface StreamResult {
   body: any;
 }
 
-/** A real HTTP POST to a streaming endpoint, read to the end and parsed with a real SSE parser. */
+/** A real HTTP POST to a streaming endpoint, read to the end (`readSse`). */
 export async function postStream(
   t: TestApp,
   path: string,
   key: string,
   body: unknown,
 ): Promise<StreamResult> {
-  const res = await fetch(`${t.baseUrl}${path}`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-  });
-  const contentType = res.headers.get('content-type') ?? '';
-  const text = await res.text();
-  if (!contentType.includes('text/event-stream')) {
-    return { status: res.status, contentType, events: [], data: [], body: JSON.parse(text) };
-  }
-  const events: EventSourceMessage[] = [];
-  const parser = createParser({ onEvent: (event) => events.push(event) });
-  parser.feed(text);
-  return { status: res.status, contentType, events, data: events.map((e) => JSON.parse(e.data)), body: null };
+  const read = await readSse(`${t.baseUrl}${path}`, { key, body });
+  return {
+    status: read.status,
+    contentType: read.headers.get('content-type') ?? '',
+    events: read.events.map((e) => ({ id: e.id ?? '', event: e.event, data: JSON.stringify(e.data) })),
+    data: read.events.map((e) => e.data),
+    body: read.body,
+  };
 }
 
 /** What a background job would build: a service context acting as the organization's key. */

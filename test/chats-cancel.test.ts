@@ -10,7 +10,8 @@ import {
 } from './chats-support.js';
 import { call, createMember, createOrg, expectStatus, expectV2Error, type TestOrg } from './helpers/app.js';
 import { type FakeModelServer, startFakeModelServer } from './helpers/fake-model-server.js';
-import { readSse, type SecondProcess, signal, sleep, startSecondProcess } from './streams-support.js';
+import { readSse } from './helpers/sse.js';
+import { type SecondProcess, signal, sleep, startSecondProcess } from './streams-support.js';
 
 let server: FakeModelServer;
 let t: ChatTestApp;

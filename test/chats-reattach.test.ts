@@ -5,7 +5,8 @@ import { Notifier } from '../src/modules/streams/notifier.js';
 import { addModel, type ChatTestApp, startChatApp, streamedText } from './chats-support.js';
 import { call, createMember, createOrg, expectStatus, expectV2Error, type TestOrg } from './helpers/app.js';
 import { type FakeModelServer, startFakeModelServer } from './helpers/fake-model-server.js';
-import { idsOf, range, readSse, type SecondProcess, sleep, startSecondProcess } from './streams-support.js';
+import { readSse } from './helpers/sse.js';
+import { idsOf, range, type SecondProcess, sleep, startSecondProcess } from './streams-support.js';
 
 let server: FakeModelServer;
 let t: ChatTestApp;

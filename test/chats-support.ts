@@ -1,7 +1,6 @@
 /** Shared set-up of the chat tests: an app with chosen tool families, model rows, SSE over real HTTP. */
 import { tool } from 'ai';
 import { eq } from 'drizzle-orm';
-import { createParser } from 'eventsource-parser';
 import type { FastifyInstance } from 'fastify';
 import { expect } from 'vitest';
 import { z } from 'zod';
@@ -10,6 +9,7 @@ import { modelConfigurations, organizations } from '../src/db/schema/index.js';
 import type { AppDeps } from '../src/http/context.js';
 import type { ToolFamilies, ToolScope } from '../src/llm/tools/registry.js';
 import { buildTestApp, type TestApp } from './helpers/app.js';
+import { readSse } from './helpers/sse.js';
 
 export interface ChatTestApp extends TestApp {
   /** Closes the chat app and, when it owns them, the base app and database. */
@@ -110,10 +110,7 @@ export interface SseResponse {
   body: any;
 }
 
-/**
- * POSTs over real HTTP and reads the event stream with eventsource-parser. `until` stops reading
- * (and disconnects) as soon as it returns true for the events so far.
- */
+/** A streaming POST over real HTTP (`readSse`); `until` disconnects once it returns true. */
 export async function postStream(
   baseUrl: string,
   path: string,
@@ -121,44 +118,8 @@ export async function postStream(
   body: unknown,
   options: { until?: (events: SseEvent[]) => boolean } = {},
 ): Promise<SseResponse> {
-  const controller = new AbortController();
-  const res = await fetch(`${baseUrl}${path}`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-    signal: controller.signal,
-  });
-  if (!String(res.headers.get('content-type')).startsWith('text/event-stream')) {
-    const text = await res.text();
-    return {
-      status: res.status,
-      headers: res.headers,
-      text,
-      events: [],
-      body: text ? JSON.parse(text) : null,
-    };
-  }
-  const events: SseEvent[] = [];
-  let text = '';
-  const parser = createParser({
-    onEvent: (message) => events.push({ event: message.event ?? 'message', data: JSON.parse(message.data) }),
-  });
-  const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
-  try {
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      text += value;
-      parser.feed(value);
-      if (options.until?.(events)) {
-        controller.abort();
-        break;
-      }
-    }
-  } catch (err) {
-    if (!controller.signal.aborted) throw err;
-  }
-  return { status: res.status, headers: res.headers, text, events, body: null };
+  const read = await readSse(`${baseUrl}${path}`, { key, body, until: options.until });
+  return { ...read, events: read.events.map(({ event, data }) => ({ event, data })) };
 }
 
 export const eventNames = (events: SseEvent[]) => events.map((e) => e.event);

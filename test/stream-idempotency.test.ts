@@ -11,7 +11,8 @@ import {
 } from './chats-support.js';
 import { call, createOrg, expectStatus, expectV1Error, expectV2Error, type TestOrg } from './helpers/app.js';
 import { type FakeModelServer, startFakeModelServer } from './helpers/fake-model-server.js';
-import { idsOf, range, readSse, type SecondProcess, startSecondProcess } from './streams-support.js';
+import { readSse } from './helpers/sse.js';
+import { idsOf, range, type SecondProcess, startSecondProcess } from './streams-support.js';
 
 let server: FakeModelServer;
 let t: ChatTestApp;

@@ -11,10 +11,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import pg from 'pg';
 import type { BootstrapResult } from '../../src/modules/bootstrap/service.js';
 import { TEST_SECRET } from './app.js';
+import { readSse } from './sse.js';
 
 export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const run = promisify(execFile);
@@ -449,8 +449,8 @@ export interface SseEvent {
 }
 
 /**
- * A streaming POST read to its end with a real SSE parser. `onEvent` sees each event as it arrives
- * (e.g. to kill the server after the first `content`).
+ * A streaming POST read to its end (`readSse`). `onEvent` sees each event as it arrives (e.g. to
+ * kill the server after the first `content`); `ended` is `error` when the connection broke.
  */
 export async function postStream(
   baseUrl: string,
@@ -459,32 +459,22 @@ export async function postStream(
   body: unknown,
   options: { timeoutMs?: number; onEvent?: (event: SseEvent) => void } = {},
 ): Promise<{ status: number; contentType: string; events: SseEvent[]; ended: 'end' | 'error' }> {
-  const res = await fetch(`${baseUrl}${urlPath}`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-    signal: AbortSignal.timeout(options.timeoutMs ?? 30_000),
-  });
-  const events: SseEvent[] = [];
-  const parser = createParser({
-    onEvent(message: EventSourceMessage) {
-      const event = { event: message.event ?? 'message', data: JSON.parse(message.data) };
-      events.push(event);
-      options.onEvent?.(event);
+  let seen = 0;
+  const read = await readSse(`${baseUrl}${urlPath}`, {
+    key,
+    body,
+    timeoutMs: options.timeoutMs,
+    onProgress: (events) => {
+      for (; seen < events.length; seen++)
+        options.onEvent?.({ event: events[seen].event, data: events[seen].data });
     },
   });
-  const decoder = new TextDecoder();
-  let ended: 'end' | 'error' = 'end';
-  try {
-    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-      parser.feed(decoder.decode(chunk, { stream: true }));
-    }
-  } catch (err) {
-    if ((err as Error).name === 'TimeoutError') throw err;
-    // The connection dropped (a killed server): the events read so far are the result.
-    ended = 'error';
-  }
-  return { status: res.status, contentType: res.headers.get('content-type') ?? '', events, ended };
+  return {
+    status: read.status,
+    contentType: read.headers.get('content-type') ?? '',
+    events: read.events.map(({ event, data }) => ({ event, data })),
+    ended: read.ended === 'dropped' ? 'error' : 'end',
+  };
 }
 
 /** Polls until `check` returns true; rejects after `timeoutMs`. */
