@@ -315,6 +315,8 @@ export function ResourcePage<T extends { id: number }>({ spec }: { spec: Resourc
             type="button"
             onClick={() => {
               setCreated(null);
+              // The pickers show what exists now (another section may have added to it).
+              refs.reload();
               setEditing('new');
             }}
           >
@@ -387,7 +389,14 @@ export function ResourcePage<T extends { id: number }>({ spec }: { spec: Resourc
                           </button>
                         ) : null}
                         {writable && spec.editable !== false ? (
-                          <button type="button" class="secondary" onClick={() => setEditing(item)}>
+                          <button
+                            type="button"
+                            class="secondary"
+                            onClick={() => {
+                              refs.reload();
+                              setEditing(item);
+                            }}
+                          >
                             Edit
                           </button>
                         ) : null}

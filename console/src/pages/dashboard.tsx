@@ -193,9 +193,11 @@ function formatNumber(n: number): string {
 
 function UsagePanel() {
   const [split, setSplit] = useState<Split>('project');
-  const [metric, setMetric] = useState<Metric>('credits');
+  const [chosen, setChosen] = useState<Metric | null>(null);
   const data = useLoad((signal) => loadSeries(split, signal), [split]);
   const usage = data.data?.usage;
+  // Free models charge no credits: their usage is shown in tokens unless credits are asked for.
+  const metric: Metric = chosen ?? (usage && usage.totals.credits === 0 ? 'tokens' : 'credits');
   return (
     <section class="card" aria-labelledby="usage-title">
       <div class="row spread">
@@ -210,7 +212,7 @@ function UsagePanel() {
           <select
             id="usage-metric"
             value={metric}
-            onChange={(e) => setMetric(e.currentTarget.value as Metric)}
+            onChange={(e) => setChosen(e.currentTarget.value as Metric)}
           >
             <option value="credits">credits</option>
             <option value="tokens">tokens</option>
