@@ -132,6 +132,11 @@ test('chat: reloading mid-reply resumes the stream where it was', async ({ page,
   await page.getByRole('button', { name: 'Send' }).click();
   const streaming = page.getByTestId('streaming-message');
   await expect(streaming).toContainText('word3');
+  const resumed: (string | undefined)[] = [];
+  page.on('request', (request) => {
+    if (/\/api\/v2\/chats\/\d+\/stream$/.test(request.url()))
+      resumed.push(request.headers()['last-event-id']);
+  });
   await page.reload();
   // Picked up again from the resume point kept in sessionStorage: still streaming after the reload.
   await expect(page.getByTestId('streaming-message')).toContainText('word', { timeout: 15_000 });
@@ -140,6 +145,9 @@ test('chat: reloading mid-reply resumes the stream where it was', async ({ page,
   const text = (await reply.locator('.markdown').innerText()).trim();
   // Each word exactly once: nothing lost, nothing doubled by the reattachment.
   expect(text.split(/\s+/)).toEqual(Array.from({ length: 40 }, (_, i) => `word${i + 1}`));
+  // Reattached after the events it already had, not from the start.
+  expect(resumed).toHaveLength(1);
+  expect(Number(resumed[0])).toBeGreaterThanOrEqual(3);
   await expect(page.getByTestId('streaming-message')).toHaveCount(0);
 });
 
