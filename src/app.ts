@@ -18,6 +18,7 @@ import { artifactRoutes } from './modules/artifacts/routes.js';
 import { asyncRequestRoutes } from './modules/async-requests/routes.js';
 import { categoryRoutes } from './modules/categories/routes.js';
 import { chatRoutes } from './modules/chats/routes.js';
+import { consoleRoutes } from './modules/console/routes.js';
 import { documentRoutes } from './modules/documents/routes.js';
 import { groupRoutes } from './modules/groups/routes.js';
 import { integrationRoutes } from './modules/integrations/routes.js';
@@ -141,6 +142,7 @@ export async function buildApp(deps: AppDeps, options: BuildOptions = {}): Promi
 
   await app.register(operationRoutes(metrics));
   await app.register(shareRoutes);
+  await app.register(consoleRoutes());
   await app.register(
     async (v1) => {
       for (const plugin of v1Modules) await v1.register(plugin);

@@ -63,6 +63,20 @@ describe('usage report', () => {
     ]);
     const byModel = await call(t, 'GET', '/api/v1/usage?group_by=model', { key: org.orgKey });
     expect(byModel.body.usage.rows[0].model_configuration_id).toBe(org.modelConfigurationId);
+    // One model's days (the console's chart per model): this model has it all, another none.
+    const ofModel = await call(t, 'GET', `/api/v1/usage?model_configuration_id=${org.modelConfigurationId}`, {
+      key: org.orgKey,
+    });
+    expect(ofModel.body.usage.totals.credits).toBe(4);
+    const ofOther = await call(
+      t,
+      'GET',
+      `/api/v1/usage?model_configuration_id=${other.modelConfigurationId}`,
+      {
+        key: org.orgKey,
+      },
+    );
+    expect(ofOther.body.usage.rows).toEqual([]);
 
     const empty = await call(
       t,

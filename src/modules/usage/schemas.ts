@@ -7,6 +7,7 @@ export const UsageQuery = Type.Object({
   ),
   to: Type.Optional(Type.String({ format: 'date-time', description: 'Exclusive end (default: now)' })),
   project_id: Type.Optional(Id()),
+  model_configuration_id: Type.Optional(Id({ description: 'Only usage of this model configuration' })),
   group_by: Type.Union(
     [Type.Literal('day'), Type.Literal('project'), Type.Literal('key'), Type.Literal('model')],
     {

@@ -33,6 +33,9 @@ export async function usageReport(ctx: ServiceContext, query: UsageQuery) {
     gte(creditLedger.createdAt, from.toISOString()),
     lt(creditLedger.createdAt, to.toISOString()),
     query.project_id ? eq(creditLedger.projectId, query.project_id) : undefined,
+    query.model_configuration_id
+      ? eq(creditLedger.modelConfigurationId, query.model_configuration_id)
+      : undefined,
   );
   const group = groupColumn[query.group_by];
   const figures = {
