@@ -183,10 +183,10 @@ function bootstrap(env: NodeJS.ProcessEnv): { organization_key: string; project_
   return JSON.parse(result.stdout);
 }
 
-async function startService(env: NodeJS.ProcessEnv, profileName: string | null): Promise<ChildProcess> {
-  const nodeArgs = profileName
-    ? ['--cpu-prof', `--cpu-prof-dir=${PROFILE_DIR}`, `--cpu-prof-name=${profileName}`]
-    : [];
+async function startService(env: NodeJS.ProcessEnv, profileDir: string | null): Promise<ChildProcess> {
+  // Node's own file names (CPU.<date>.<time>.<pid>.<thread>.<seq>.cpuprofile): one per thread that
+  // runs JavaScript, the main one and tsx's module-loader thread; a fixed name would overwrite.
+  const nodeArgs = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [];
   const [command, args] = pinned(1, process.execPath, [...nodeArgs, '--import', 'tsx', 'src/main.ts']);
   const child = spawn(command, args, { cwd: ROOT, env, stdio: ['ignore', 'inherit', 'inherit'] });
   const base = `http://127.0.0.1:${env.PORT}`;
@@ -469,11 +469,11 @@ async function main() {
   const servicePort = 20000 + Math.floor(Math.random() * 20000);
   const env = serviceEnv(db, fake.port, servicePort);
   const stamp = new Date().toISOString().replace(/[:.]/g, '-');
-  const profileName = opts.profile ? `service-${BACKEND}-${stamp}.cpuprofile` : null;
+  const profileDir = opts.profile ? path.join(PROFILE_DIR, `service-${BACKEND}-${stamp}`) : null;
   let service: ChildProcess | null = null;
   try {
     const keys = bootstrap(env);
-    service = await startService(env, profileName);
+    service = await startService(env, profileDir);
     const runs: LevelFigures[][] = LEVELS.map(() => []);
     for (let r = 0; r < REPEAT; r++) {
       for (const [i, level] of LEVELS.entries()) {
@@ -511,15 +511,16 @@ async function main() {
     const json = `${JSON.stringify(results, null, 2)}\n`;
     writeFileSync(path.join(RESULTS_DIR, `closed-loop-${BACKEND}-${stamp}.json`), json);
     writeFileSync(path.join(RESULTS_DIR, `latest-closed-loop-${BACKEND}.json`), json);
-    if (profileName) {
+    if (profileDir) {
       // The measured service phases, for bench/profile-summary.ts to keep only their samples.
       const windows = runs.flat().map((l) => ({
         concurrency: l.concurrency,
         window_monotonic_us: l.service.window_monotonic_us,
         replies: l.service.replies,
+        cpu_ms_per_reply: l.service.cpu_ms_per_reply,
       }));
-      mkdirSync(PROFILE_DIR, { recursive: true });
-      writeFileSync(path.join(PROFILE_DIR, `${profileName}.windows.json`), `${JSON.stringify(windows)}\n`);
+      mkdirSync(profileDir, { recursive: true });
+      writeFileSync(path.join(profileDir, 'windows.json'), `${JSON.stringify(windows)}\n`);
     }
     if (opts['json-only']) {
       console.log(json);
@@ -537,10 +538,10 @@ async function main() {
     if (service) await stopChild(service);
     await stopChild(fake.child);
     await db.cleanup();
-    if (profileName)
-      log(
-        `profile: bench/profiles/${profileName}\nsummary: npx tsx bench/profile-summary.ts bench/profiles/${profileName}`,
-      );
+    if (profileDir) {
+      const relative = path.relative(ROOT, profileDir);
+      log(`profiles: ${relative}/\nsummary: npx tsx bench/profile-summary.ts ${relative}`);
+    }
   }
 }
 
