@@ -262,6 +262,8 @@ interface LevelFigures {
   direct: PhaseFigures;
   service: PhaseFigures & {
     cpu_ms_per_reply: number;
+    /** The service tree's CPU during the phase, % of one core: how much of core 1 it actually got. */
+    cpu_percent: number;
     rss_max_mb: number;
     /** The measured phase on CLOCK_MONOTONIC (µs), as in a .cpuprofile: see bench/profile-summary.ts. */
     window_monotonic_us: [number, number];
@@ -393,6 +395,7 @@ async function measureLevel(
     service: {
       ...s.figures,
       cpu_ms_per_reply: s.result.replies > 0 ? round(s.cpuMs / s.result.replies) : Number.NaN,
+      cpu_percent: round((s.cpuMs / (s.result.windowEnd - s.result.windowStart)) * 100),
       rss_max_mb: Math.round(s.rssMaxMb),
       window_monotonic_us: s.window,
     },
@@ -447,15 +450,15 @@ function table(levels: LevelFigures[]): string {
 
 function conditions(levels: LevelFigures[]): string {
   const rows = [
-    '| C | core 0 / core 1 busy % (direct) | core 0 / core 1 busy % (service) | generator / fake model CPU % (service) | service drain ms | service errors by kind |',
-    '|---|---|---|---|---|---|',
+    '| C | direct: core 0 / core 1 busy % | direct: generator / fake model CPU % | service: core 0 / core 1 busy % | service: generator / fake model / service CPU % | service drain ms | service errors by kind |',
+    '|---|---|---|---|---|---|---|',
   ];
   for (const l of levels) {
     const kinds = Object.entries(l.service.error_kinds)
       .map(([k, n]) => `${k}: ${n}`)
       .join(', ');
     rows.push(
-      `| ${l.concurrency} | ${l.direct.core_busy_percent.slice(0, 2).join(' / ')} | ${l.service.core_busy_percent.slice(0, 2).join(' / ')} | ${l.service.generator_cpu_percent} / ${l.service.fake_model_cpu_percent} | ${l.service.drain_ms} | ${kinds || '–'} |`,
+      `| ${l.concurrency} | ${l.direct.core_busy_percent.slice(0, 2).join(' / ')} | ${l.direct.generator_cpu_percent} / ${l.direct.fake_model_cpu_percent} | ${l.service.core_busy_percent.slice(0, 2).join(' / ')} | ${l.service.generator_cpu_percent} / ${l.service.fake_model_cpu_percent} / ${l.service.cpu_percent} | ${l.service.drain_ms} | ${kinds || '–'} |`,
     );
   }
   return rows.join('\n');
