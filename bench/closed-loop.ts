@@ -435,6 +435,14 @@ function medianOf(runs: LevelFigures[]): LevelFigures {
   return merged;
 }
 
+/** The median error count, and with repeats the total over all of them when it differs (not hidden by the median). */
+function errorCell(phase: PhaseFigures): string {
+  const total = Object.values(phase.error_kinds).reduce((a, b) => a + b, 0);
+  return REPEAT > 1 && total !== phase.errors
+    ? `${phase.errors} (${total} in ${REPEAT} runs)`
+    : String(phase.errors);
+}
+
 function table(levels: LevelFigures[]): string {
   const rows = [
     '| C | TTFT direct p50 / p99 ms | TTFT service p50 / p99 ms | +TTFT p50 / p99 ms | req/s direct | req/s service | req/s ratio | errors direct / service | CPU-ms/reply | RSS max MB |',
@@ -442,7 +450,7 @@ function table(levels: LevelFigures[]): string {
   ];
   for (const l of levels) {
     rows.push(
-      `| ${l.concurrency} | ${l.direct.ttft_ms.p50} / ${l.direct.ttft_ms.p99} | ${l.service.ttft_ms.p50} / ${l.service.ttft_ms.p99} | ${l.plus_ttft_ms.p50} / ${l.plus_ttft_ms.p99} | ${l.direct.requests_per_second} | ${l.service.requests_per_second} | ${l.req_s_ratio} | ${l.direct.errors} / ${l.service.errors} | ${l.service.cpu_ms_per_reply} | ${l.service.rss_max_mb} |`,
+      `| ${l.concurrency} | ${l.direct.ttft_ms.p50} / ${l.direct.ttft_ms.p99} | ${l.service.ttft_ms.p50} / ${l.service.ttft_ms.p99} | ${l.plus_ttft_ms.p50} / ${l.plus_ttft_ms.p99} | ${l.direct.requests_per_second} | ${l.service.requests_per_second} | ${l.req_s_ratio} | ${errorCell(l.direct)} / ${errorCell(l.service)} | ${l.service.cpu_ms_per_reply} | ${l.service.rss_max_mb} |`,
     );
   }
   return rows.join('\n');
@@ -450,7 +458,7 @@ function table(levels: LevelFigures[]): string {
 
 function conditions(levels: LevelFigures[]): string {
   const rows = [
-    '| C | direct: core 0 / core 1 busy % | direct: generator / fake model CPU % | service: core 0 / core 1 busy % | service: generator / fake model / service CPU % | service drain ms | service errors by kind |',
+    '| C | direct: core 0 / core 1 busy % | direct: generator / fake model CPU % | service: core 0 / core 1 busy % | service: generator / fake model / service CPU % | service drain ms | service errors by kind (all runs) |',
     '|---|---|---|---|---|---|---|',
   ];
   for (const l of levels) {
