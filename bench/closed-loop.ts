@@ -1,0 +1,559 @@
+/**
+ * `npm run bench -- --closed-loop`: issue 14's method. A fake OpenAI-compatible model (bench/fake-model.ts)
+ * streams 200 tokens 10 ms apart after 50 ms; a closed loop of C workers (bench/load-loop.ts) sends
+ * streamed `POST /api/v2/chats/:id/messages`, each worker moving to a fresh chat every 10 messages;
+ * the first requests are spread over 1 s, then 3 s of warm-up, then 20 s measured. The same loop runs
+ * straight against the fake model ("direct") before each service phase. The service (a child process,
+ * on a fresh PostgreSQL database or PGlite) is pinned to core 1; this process and the fake model to
+ * core 0. See bench/README.md.
+ */
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { type Agent, request } from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import { createInterface } from 'node:readline';
+import { parseArgs } from 'node:util';
+import pg from 'pg';
+import {
+  DIRECT_MARKERS,
+  type LoopResult,
+  type LoopTarget,
+  runClosedLoop,
+  SERVICE_MARKERS,
+} from './load-loop.js';
+import { coreBusyPercent, coreTicks, processTree, treeCpuMs, treeRssMb } from './proc-stats.js';
+
+const ROOT = path.resolve(import.meta.dirname, '..');
+
+const { values: opts } = parseArgs({
+  options: {
+    'closed-loop': { type: 'boolean', default: true },
+    backend: { type: 'string', default: 'postgres' },
+    concurrency: { type: 'string', default: '1,10,100,500' },
+    repeat: { type: 'string', default: '1' },
+    ramp: { type: 'string', default: '1' },
+    warmup: { type: 'string', default: '3' },
+    duration: { type: 'string', default: '20' },
+    timeout: { type: 'string', default: '60' },
+    tokens: { type: 'string', default: '200' },
+    ttft: { type: 'string', default: '50' },
+    delay: { type: 'string', default: '10' },
+    profile: { type: 'boolean', default: false },
+    'no-pin': { type: 'boolean', default: false },
+    'json-only': { type: 'boolean', default: false },
+  },
+});
+
+if (opts.backend !== 'postgres' && opts.backend !== 'pglite') {
+  console.error(`--backend must be postgres or pglite, got "${opts.backend}"`);
+  process.exit(2);
+}
+const BACKEND = opts.backend as 'postgres' | 'pglite';
+const LEVELS = opts.concurrency!.split(',').map(Number);
+const REPEAT = Number(opts.repeat);
+const SETTINGS = {
+  rampMs: Number(opts.ramp) * 1000,
+  warmupMs: Number(opts.warmup) * 1000,
+  measureMs: Number(opts.duration) * 1000,
+  timeoutMs: Number(opts.timeout) * 1000,
+  chatEvery: 10,
+};
+const MODEL = { tokens: Number(opts.tokens), ttftMs: Number(opts.ttft), delayMs: Number(opts.delay) };
+const PIN = !opts['no-pin'];
+const PROFILE_DIR = path.join(ROOT, 'bench', 'profiles');
+const RESULTS_DIR = path.join(ROOT, 'bench', 'results');
+const ADMIN_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+
+const log = (...args: unknown[]) => {
+  if (!opts['json-only']) console.error(...args);
+};
+
+const round = (n: number, digits = 1) => Math.round(n * 10 ** digits) / 10 ** digits;
+
+function percentile(values: number[], p: number): number {
+  if (values.length === 0) return Number.NaN;
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))];
+}
+
+function median(values: number[]): number {
+  const finite = values.filter(Number.isFinite);
+  if (finite.length === 0) return Number.NaN;
+  const sorted = [...finite].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+}
+
+/** `taskset -c CORE` before a command, unless pinning is off. */
+const pinned = (core: number, command: string, args: string[]): [string, string[]] =>
+  PIN ? ['taskset', ['-c', String(core), command, ...args]] : [command, args];
+
+function pinSelf() {
+  if (!PIN) return;
+  if (os.cpus().length < 2) throw new Error('pinning needs 2 cores; run with --no-pin on a 1-core machine');
+  // -a: every thread of this process (V8's and libuv's), not only the main one.
+  const result = spawnSync('taskset', ['-a', '-pc', '0', String(process.pid)], { encoding: 'utf8' });
+  if (result.status !== 0) throw new Error(`taskset failed: ${result.stderr || result.error}`);
+}
+
+async function startFakeModel(): Promise<{ child: ChildProcess; port: number }> {
+  const [command, args] = pinned(0, process.execPath, [
+    '--import',
+    'tsx',
+    'bench/fake-model.ts',
+    '--tokens',
+    String(MODEL.tokens),
+    '--ttft',
+    String(MODEL.ttftMs),
+    '--delay',
+    String(MODEL.delayMs),
+  ]);
+  const child = spawn(command, args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] });
+  const lines = createInterface({ input: child.stdout! });
+  const port = await new Promise<number>((resolve, reject) => {
+    lines.once('line', (line) => resolve(JSON.parse(line).port));
+    child.once('exit', (code) => reject(new Error(`fake model exited (${code})`)));
+  });
+  return { child, port };
+}
+
+interface Database {
+  env: Record<string, string>;
+  cleanup(): Promise<void>;
+}
+
+async function adminQuery(text: string) {
+  const client = new pg.Client({ connectionString: ADMIN_URL });
+  await client.connect();
+  try {
+    await client.query(text);
+  } finally {
+    await client.end();
+  }
+}
+
+async function prepareDatabase(): Promise<Database> {
+  const dataDir = mkdtempSync(path.join(os.tmpdir(), 'scriptorium-bench-'));
+  const removeDir = () => rmSync(dataDir, { recursive: true, force: true });
+  if (BACKEND === 'pglite') return { env: { DATA_DIR: dataDir }, cleanup: async () => removeDir() };
+  const name = `scriptorium_bench_${randomBytes(4).toString('hex')}`;
+  await adminQuery(`CREATE DATABASE ${name}`);
+  const url = new URL(ADMIN_URL);
+  url.pathname = `/${name}`;
+  return {
+    env: { DATA_DIR: dataDir, DATABASE_URL: url.toString() },
+    cleanup: async () => {
+      await adminQuery(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      removeDir();
+    },
+  };
+}
+
+function serviceEnv(db: Database, modelPort: number, port: number): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...process.env };
+  // The service's database and cache are only the ones made for this run.
+  delete env.DATABASE_URL;
+  delete env.REDIS_URL;
+  return {
+    ...env,
+    ...db.env,
+    PORT: String(port),
+    HOST: '127.0.0.1',
+    LLM_PROVIDER: 'openai-compatible',
+    LLM_BASE_URL: `http://127.0.0.1:${modelPort}/v1`,
+    LLM_MODEL: 'bench',
+    OUTBOUND_ALLOW_PRIVATE: 'true',
+    RATE_LIMIT_PER_MINUTE: '1000000000',
+    // Thousands of replies per run: the default 1,000 credits would run out (402) mid-run.
+    DEFAULT_ORG_CREDITS: '1000000000',
+    SECRET_KEY: 'bench-secret-key-0123456789',
+    LOG_LEVEL: 'warn',
+  };
+}
+
+function bootstrap(env: NodeJS.ProcessEnv): { organization_key: string; project_id: number } {
+  const result = spawnSync('npm', ['run', '--silent', 'cli', '--', 'bootstrap', '--json'], {
+    cwd: ROOT,
+    env,
+    encoding: 'utf8',
+  });
+  if (result.status !== 0) throw new Error(`bootstrap failed: ${result.stderr}`);
+  return JSON.parse(result.stdout);
+}
+
+async function startService(env: NodeJS.ProcessEnv, profileDir: string | null): Promise<ChildProcess> {
+  // Node's own file names (CPU.<date>.<time>.<pid>.<thread>.<seq>.cpuprofile): one per thread that
+  // runs JavaScript, the main one and tsx's module-loader thread; a fixed name would overwrite.
+  const nodeArgs = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [];
+  const [command, args] = pinned(1, process.execPath, [...nodeArgs, '--import', 'tsx', 'src/main.ts']);
+  const child = spawn(command, args, { cwd: ROOT, env, stdio: ['ignore', 'inherit', 'inherit'] });
+  const base = `http://127.0.0.1:${env.PORT}`;
+  for (let i = 0; i < 600; i++) {
+    if (child.exitCode !== null) throw new Error(`service exited while starting (${child.exitCode})`);
+    try {
+      if ((await fetch(`${base}/ready`)).ok) return child;
+    } catch {}
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  child.kill('SIGKILL');
+  throw new Error('service did not become ready within 60 s');
+}
+
+async function stopChild(child: ChildProcess, signal: NodeJS.Signals = 'SIGTERM') {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise((resolve) => child.once('exit', resolve));
+  child.kill(signal);
+  const timer = setTimeout(() => child.kill('SIGKILL'), 40_000);
+  await exited;
+  clearTimeout(timer);
+}
+
+/** A JSON POST over the loop's own agent, for chat creation. */
+function postJson(agent: Agent, port: number, urlPath: string, key: string, body: unknown): Promise<any> {
+  const payload = Buffer.from(JSON.stringify(body));
+  return new Promise((resolve, reject) => {
+    const req = request(
+      {
+        host: '127.0.0.1',
+        port,
+        method: 'POST',
+        path: urlPath,
+        agent,
+        headers: {
+          authorization: `Bearer ${key}`,
+          'content-type': 'application/json',
+          'content-length': String(payload.length),
+        },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (chunk: Buffer) => chunks.push(chunk));
+        res.on('end', () => {
+          if (res.statusCode !== 201 && res.statusCode !== 200) reject(new Error(`HTTP ${res.statusCode}`));
+          else resolve(JSON.parse(Buffer.concat(chunks).toString('utf8')));
+        });
+        res.on('error', reject);
+      },
+    );
+    req.setTimeout(SETTINGS.timeoutMs, () => req.destroy(new Error('timeout')));
+    req.on('error', reject);
+    req.end(payload);
+  });
+}
+
+interface PhaseFigures {
+  ttft_ms: { p50: number; p99: number };
+  replies: number;
+  requests_per_second: number;
+  errors: number;
+  error_kinds: Record<string, number>;
+  drain_ms: number;
+  /** Busy % of each core during the measured phase (everything on the machine, not only the bench). */
+  core_busy_percent: number[];
+  /** This process (the load generator) and the fake model, CPU % of one core during the phase. */
+  generator_cpu_percent: number;
+  fake_model_cpu_percent: number;
+}
+
+interface LevelFigures {
+  concurrency: number;
+  direct: PhaseFigures;
+  service: PhaseFigures & {
+    cpu_ms_per_reply: number;
+    /** The service tree's CPU during the phase, % of one core: how much of core 1 it actually got. */
+    cpu_percent: number;
+    rss_max_mb: number;
+    /** The measured phase on CLOCK_MONOTONIC (µs), as in a .cpuprofile: see bench/profile-summary.ts. */
+    window_monotonic_us: [number, number];
+  };
+  plus_ttft_ms: { p50: number; p99: number };
+  req_s_ratio: number;
+}
+
+const monotonicUs = () => Number(process.hrtime.bigint() / 1000n);
+
+async function measurePhase(
+  target: LoopTarget,
+  concurrency: number,
+  fakePid: number,
+  servicePid: number | null,
+): Promise<{
+  figures: PhaseFigures;
+  result: LoopResult;
+  cpuMs: number;
+  rssMaxMb: number;
+  window: [number, number];
+}> {
+  let cores = coreTicks();
+  let ownCpu = process.cpuUsage();
+  let fakeCpu = treeCpuMs([fakePid]);
+  let serviceCpu = 0;
+  let tree: number[] = [];
+  let rssMax = 0;
+  let sampler: NodeJS.Timeout | undefined;
+  const window: [number, number] = [0, 0];
+  const figures = { cpuMs: 0, corePct: [] as number[], ownPct: 0, fakePct: 0 };
+  const result = await runClosedLoop(
+    target,
+    { ...SETTINGS, concurrency },
+    {
+      onMeasureStart() {
+        window[0] = monotonicUs();
+        cores = coreTicks();
+        ownCpu = process.cpuUsage();
+        fakeCpu = treeCpuMs([fakePid]);
+        if (servicePid !== null) {
+          tree = processTree(servicePid);
+          serviceCpu = treeCpuMs(tree);
+          rssMax = treeRssMb(tree);
+          sampler = setInterval(() => {
+            tree = processTree(servicePid);
+            rssMax = Math.max(rssMax, treeRssMb(tree));
+          }, 500);
+        }
+      },
+      onMeasureEnd() {
+        window[1] = monotonicUs();
+        if (servicePid !== null) {
+          clearInterval(sampler);
+          tree = processTree(servicePid);
+          figures.cpuMs = treeCpuMs(tree) - serviceCpu;
+          rssMax = Math.max(rssMax, treeRssMb(tree));
+        }
+        const seconds = (window[1] - window[0]) / 1e6;
+        const own = process.cpuUsage(ownCpu);
+        figures.ownPct = round((own.user + own.system) / 1e4 / seconds);
+        figures.fakePct = round((treeCpuMs([fakePid]) - fakeCpu) / 10 / seconds);
+        figures.corePct = coreBusyPercent(cores, coreTicks());
+      },
+    },
+  );
+  const seconds = (result.windowEnd - result.windowStart) / 1000;
+  return {
+    figures: {
+      ttft_ms: { p50: round(percentile(result.ttftMs, 50)), p99: round(percentile(result.ttftMs, 99)) },
+      replies: result.replies,
+      requests_per_second: round(result.replies / seconds),
+      errors: Object.values(result.errors).reduce((a, b) => a + b, 0),
+      error_kinds: result.errors,
+      drain_ms: Math.round(result.drainMs),
+      core_busy_percent: figures.corePct,
+      generator_cpu_percent: figures.ownPct,
+      fake_model_cpu_percent: figures.fakePct,
+    },
+    result,
+    cpuMs: figures.cpuMs,
+    rssMaxMb: rssMax,
+    window,
+  };
+}
+
+async function measureLevel(
+  concurrency: number,
+  modelPort: number,
+  servicePort: number,
+  key: string,
+  projectId: number,
+  fakePid: number,
+  servicePid: number,
+): Promise<LevelFigures> {
+  const direct: LoopTarget = {
+    name: 'direct',
+    port: modelPort,
+    headers: { 'content-type': 'application/json' },
+    markers: DIRECT_MARKERS,
+    body: Buffer.from(
+      JSON.stringify({
+        model: 'bench',
+        stream: true,
+        stream_options: { include_usage: true },
+        messages: [{ role: 'user', content: 'Hello there' }],
+      }),
+    ),
+    newConversation: async () => '/v1/chat/completions',
+  };
+  const service: LoopTarget = {
+    name: 'service',
+    port: servicePort,
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+    markers: SERVICE_MARKERS,
+    body: Buffer.from(JSON.stringify({ content: 'Hello there', stream: true })),
+    newConversation: async (agent) => {
+      const body = await postJson(agent, servicePort, '/api/v2/chats', key, { project_id: projectId });
+      return `/api/v2/chats/${body.response.chat.id}/messages`;
+    },
+  };
+  log(`C=${concurrency}: direct...`);
+  const d = await measurePhase(direct, concurrency, fakePid, null);
+  log(`C=${concurrency}: service...`);
+  const s = await measurePhase(service, concurrency, fakePid, servicePid);
+  return {
+    concurrency,
+    direct: d.figures,
+    service: {
+      ...s.figures,
+      cpu_ms_per_reply: s.result.replies > 0 ? round(s.cpuMs / s.result.replies) : Number.NaN,
+      cpu_percent: round((s.cpuMs / (s.result.windowEnd - s.result.windowStart)) * 100),
+      rss_max_mb: Math.round(s.rssMaxMb),
+      window_monotonic_us: s.window,
+    },
+    plus_ttft_ms: {
+      p50: round(s.figures.ttft_ms.p50 - d.figures.ttft_ms.p50),
+      p99: round(s.figures.ttft_ms.p99 - d.figures.ttft_ms.p99),
+    },
+    req_s_ratio: round(s.figures.requests_per_second / d.figures.requests_per_second, 2),
+  };
+}
+
+/** The median of every figure over the repeats (error counts too); error kinds are summed. */
+function medianOf(runs: LevelFigures[]): LevelFigures {
+  if (runs.length === 1) return runs[0];
+  const merge = (values: unknown[]): unknown => {
+    const first = values[0];
+    if (typeof first === 'number') return round(median(values as number[]), 2);
+    if (Array.isArray(first)) return first.map((_, i) => merge(values.map((v) => (v as unknown[])[i])));
+    if (first && typeof first === 'object') {
+      const keys = new Set(values.flatMap((v) => Object.keys(v as object)));
+      const out: Record<string, unknown> = {};
+      for (const k of keys) {
+        const column = values.map((v) => (v as Record<string, unknown>)[k] ?? 0);
+        out[k] = merge(column);
+      }
+      return out;
+    }
+    return first;
+  };
+  const merged = merge(runs) as LevelFigures;
+  for (const phase of ['direct', 'service'] as const) {
+    merged[phase].error_kinds = {};
+    for (const run of runs)
+      for (const [kind, n] of Object.entries(run[phase].error_kinds))
+        merged[phase].error_kinds[kind] = (merged[phase].error_kinds[kind] ?? 0) + n;
+  }
+  return merged;
+}
+
+/** The median error count, and with repeats the total over all of them when it differs (not hidden by the median). */
+function errorCell(phase: PhaseFigures): string {
+  const total = Object.values(phase.error_kinds).reduce((a, b) => a + b, 0);
+  return REPEAT > 1 && total !== phase.errors
+    ? `${phase.errors} (${total} in ${REPEAT} runs)`
+    : String(phase.errors);
+}
+
+function table(levels: LevelFigures[]): string {
+  const rows = [
+    '| C | TTFT direct p50 / p99 ms | TTFT service p50 / p99 ms | +TTFT p50 / p99 ms | req/s direct | req/s service | req/s ratio | errors direct / service | CPU-ms/reply | RSS max MB |',
+    '|---|---|---|---|---|---|---|---|---|---|',
+  ];
+  for (const l of levels) {
+    rows.push(
+      `| ${l.concurrency} | ${l.direct.ttft_ms.p50} / ${l.direct.ttft_ms.p99} | ${l.service.ttft_ms.p50} / ${l.service.ttft_ms.p99} | ${l.plus_ttft_ms.p50} / ${l.plus_ttft_ms.p99} | ${l.direct.requests_per_second} | ${l.service.requests_per_second} | ${l.req_s_ratio} | ${errorCell(l.direct)} / ${errorCell(l.service)} | ${l.service.cpu_ms_per_reply} | ${l.service.rss_max_mb} |`,
+    );
+  }
+  return rows.join('\n');
+}
+
+function conditions(levels: LevelFigures[]): string {
+  const rows = [
+    '| C | direct: core 0 / core 1 busy % | direct: generator / fake model CPU % | service: core 0 / core 1 busy % | service: generator / fake model / service CPU % | service drain ms | service errors by kind (all runs) |',
+    '|---|---|---|---|---|---|---|',
+  ];
+  for (const l of levels) {
+    const kinds = Object.entries(l.service.error_kinds)
+      .map(([k, n]) => `${k}: ${n}`)
+      .join(', ');
+    rows.push(
+      `| ${l.concurrency} | ${l.direct.core_busy_percent.slice(0, 2).join(' / ')} | ${l.direct.generator_cpu_percent} / ${l.direct.fake_model_cpu_percent} | ${l.service.core_busy_percent.slice(0, 2).join(' / ')} | ${l.service.generator_cpu_percent} / ${l.service.fake_model_cpu_percent} / ${l.service.cpu_percent} | ${l.service.drain_ms} | ${kinds || '–'} |`,
+    );
+  }
+  return rows.join('\n');
+}
+
+async function main() {
+  pinSelf();
+  const loadBefore = os.loadavg();
+  const fake = await startFakeModel();
+  const db = await prepareDatabase();
+  const servicePort = 20000 + Math.floor(Math.random() * 20000);
+  const env = serviceEnv(db, fake.port, servicePort);
+  const stamp = new Date().toISOString().replace(/[:.]/g, '-');
+  const profileDir = opts.profile ? path.join(PROFILE_DIR, `service-${BACKEND}-${stamp}`) : null;
+  let service: ChildProcess | null = null;
+  try {
+    const keys = bootstrap(env);
+    service = await startService(env, profileDir);
+    const runs: LevelFigures[][] = LEVELS.map(() => []);
+    for (let r = 0; r < REPEAT; r++) {
+      for (const [i, level] of LEVELS.entries()) {
+        if (REPEAT > 1) log(`repeat ${r + 1}/${REPEAT}`);
+        const figures = await measureLevel(
+          level,
+          fake.port,
+          servicePort,
+          keys.organization_key,
+          keys.project_id,
+          fake.child.pid!,
+          service.pid!,
+        );
+        runs[i].push(figures);
+        log(table([figures]));
+      }
+    }
+    const levels = runs.map(medianOf);
+    const results = {
+      method: 'closed-loop (issue 14)',
+      date: new Date().toISOString(),
+      machine: { cpus: os.cpus().length, model: os.cpus()[0]?.model, node: process.version },
+      backend: BACKEND,
+      pinned: PIN,
+      load_average: {
+        before: loadBefore.map((n) => round(n, 2)),
+        after: os.loadavg().map((n) => round(n, 2)),
+      },
+      settings: { ...SETTINGS, model: MODEL, levels: LEVELS, repeat: REPEAT },
+      command: `npm run bench -- ${process.argv.slice(2).join(' ')}`,
+      levels,
+      runs,
+    };
+    mkdirSync(RESULTS_DIR, { recursive: true });
+    const json = `${JSON.stringify(results, null, 2)}\n`;
+    writeFileSync(path.join(RESULTS_DIR, `closed-loop-${BACKEND}-${stamp}.json`), json);
+    writeFileSync(path.join(RESULTS_DIR, `latest-closed-loop-${BACKEND}.json`), json);
+    if (profileDir) {
+      // The measured service phases, for bench/profile-summary.ts to keep only their samples.
+      const windows = runs.flat().map((l) => ({
+        concurrency: l.concurrency,
+        window_monotonic_us: l.service.window_monotonic_us,
+        replies: l.service.replies,
+        cpu_ms_per_reply: l.service.cpu_ms_per_reply,
+      }));
+      mkdirSync(profileDir, { recursive: true });
+      writeFileSync(path.join(profileDir, 'windows.json'), `${JSON.stringify(windows)}\n`);
+    }
+    if (opts['json-only']) {
+      console.log(json);
+    } else {
+      console.log(
+        `\nClosed loop, ${BACKEND}, ${MODEL.tokens} tokens ${MODEL.delayMs} ms apart after ${MODEL.ttftMs} ms; ` +
+          `ramp ${SETTINGS.rampMs / 1000} s, warm-up ${SETTINGS.warmupMs / 1000} s, measured ${SETTINGS.measureMs / 1000} s` +
+          `${REPEAT > 1 ? `, median of ${REPEAT} repeats` : ''}; load average before ${results.load_average.before.join(' ')}, after ${results.load_average.after.join(' ')}\n`,
+      );
+      console.log(table(levels));
+      console.log(`\n${conditions(levels)}`);
+    }
+  } finally {
+    // SIGTERM lets the service exit normally, which is when --cpu-prof writes its profile.
+    if (service) await stopChild(service);
+    await stopChild(fake.child);
+    await db.cleanup();
+    if (profileDir) {
+      const relative = path.relative(ROOT, profileDir);
+      log(`profiles: ${relative}/\nsummary: npx tsx bench/profile-summary.ts ${relative}`);
+    }
+  }
+}
+
+await main();

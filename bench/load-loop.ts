@@ -1,0 +1,216 @@
+/**
+ * The closed loop of bench/closed-loop.ts: C workers, each sending one streamed request, reading it
+ * to its end, then sending the next. Built to drive 500 streams from one core: node:http with a
+ * keep-alive Agent, and the SSE bodies only scanned for a few marker bytes, never parsed.
+ */
+import { Agent, request } from 'node:http';
+
+/** Bytes whose first appearance in a streamed body marks an event. */
+export interface Markers {
+  /** The first reply text (TTFT). */
+  content: Buffer;
+  /** The successful end of the reply. */
+  done: Buffer;
+  /** A failure reported inside a 200 stream. */
+  error?: Buffer;
+}
+
+export const SERVICE_MARKERS: Markers = {
+  content: Buffer.from('event: content\n'),
+  done: Buffer.from('event: done\n'),
+  error: Buffer.from('event: error\n'),
+};
+
+export const DIRECT_MARKERS: Markers = {
+  content: Buffer.from('"content":"'),
+  done: Buffer.from('data: [DONE]'),
+};
+
+export interface LoopTarget {
+  name: 'direct' | 'service';
+  port: number;
+  headers: Record<string, string>;
+  markers: Markers;
+  body: Buffer;
+  /** Starts a conversation (every `chatEvery` messages); resolves to the path its messages go to. */
+  newConversation(agent: Agent): Promise<string>;
+}
+
+export interface LoopSettings {
+  concurrency: number;
+  rampMs: number;
+  warmupMs: number;
+  measureMs: number;
+  /** A request unanswered (to its end) this long is abandoned and counted as an error. */
+  timeoutMs: number;
+  /** Messages per chat before a worker moves to a fresh one. */
+  chatEvery: number;
+}
+
+export interface LoopHooks {
+  /** Called when the measured phase starts and ends (to read CPU counters at those instants). */
+  onMeasureStart(): void;
+  onMeasureEnd(): void;
+}
+
+export interface LoopResult {
+  /** Time from sending to the first `content` marker, of first tokens seen in the measured phase. */
+  ttftMs: number[];
+  /** Replies that reached `done` in the measured phase. */
+  replies: number;
+  /** Actual measured phase, performance.now() ms. */
+  windowStart: number;
+  windowEnd: number;
+  /** Failed requests (including chat creations) that overlapped the measured phase, by kind. */
+  errors: Record<string, number>;
+  /** Requests sent, whole run. */
+  sent: number;
+  /** Time after the measured phase until the last in-flight request ended. */
+  drainMs: number;
+}
+
+interface Outcome {
+  sentAt: number;
+  ttftAt: number;
+  endAt: number;
+  error: string | null;
+}
+
+/** True when `marker` occurs in `chunk`, or straddles the end of the previous chunk (`carry`). */
+function contains(chunk: Buffer, carry: Buffer | null, marker: Buffer): boolean {
+  if (chunk.indexOf(marker) !== -1) return true;
+  if (!carry) return false;
+  return Buffer.concat([carry, chunk.subarray(0, marker.length - 1)]).indexOf(marker) !== -1;
+}
+
+function streamOnce(agent: Agent, target: LoopTarget, path: string, timeoutMs: number): Promise<Outcome> {
+  return new Promise((resolve) => {
+    const outcome: Outcome = { sentAt: 0, ttftAt: Number.NaN, endAt: 0, error: null };
+    let settled = false;
+    const finish = (error: string | null) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      outcome.endAt = performance.now();
+      outcome.error = error;
+      resolve(outcome);
+    };
+    const { markers } = target;
+    const keep = Math.max(markers.content.length, markers.done.length, markers.error?.length ?? 0) - 1;
+    const req = request(
+      {
+        host: '127.0.0.1',
+        port: target.port,
+        method: 'POST',
+        path,
+        agent,
+        headers: { ...target.headers, 'content-length': String(target.body.length) },
+      },
+      (res) => {
+        if (res.statusCode !== 200) {
+          res.resume();
+          finish(`HTTP ${res.statusCode}`);
+          return;
+        }
+        let carry: Buffer | null = null;
+        let done = false;
+        let failed = false;
+        res.on('data', (chunk: Buffer) => {
+          if (Number.isNaN(outcome.ttftAt) && contains(chunk, carry, markers.content))
+            outcome.ttftAt = performance.now();
+          if (!done && contains(chunk, carry, markers.done)) done = true;
+          if (markers.error && !failed && contains(chunk, carry, markers.error)) failed = true;
+          carry = Buffer.from(chunk.subarray(Math.max(0, chunk.length - keep)));
+        });
+        res.on('end', () => finish(failed ? 'error event' : done ? null : 'ended without done'));
+        res.on('error', (err) => finish(`response ${(err as NodeJS.ErrnoException).code ?? err.message}`));
+      },
+    );
+    const timer = setTimeout(() => {
+      finish('timeout');
+      req.destroy();
+    }, timeoutMs);
+    req.on('error', (err) => finish(`request ${(err as NodeJS.ErrnoException).code ?? err.message}`));
+    outcome.sentAt = performance.now();
+    req.end(target.body);
+  });
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+export async function runClosedLoop(
+  target: LoopTarget,
+  settings: LoopSettings,
+  hooks: LoopHooks,
+): Promise<LoopResult> {
+  const { concurrency } = settings;
+  const agent = new Agent({ keepAlive: true, maxSockets: concurrency + 16, keepAliveMsecs: 30_000 });
+  const t0 = performance.now();
+  const plannedStart = t0 + settings.rampMs + settings.warmupMs;
+  const plannedEnd = plannedStart + settings.measureMs;
+  const result: LoopResult = {
+    ttftMs: [],
+    replies: 0,
+    windowStart: plannedStart,
+    windowEnd: plannedEnd,
+    errors: {},
+    sent: 0,
+    drainMs: 0,
+  };
+  let started = false;
+  let stopped = false;
+  const startTimer = setTimeout(() => {
+    result.windowStart = performance.now();
+    started = true;
+    hooks.onMeasureStart();
+  }, plannedStart - t0);
+  const endTimer = setTimeout(() => {
+    result.windowEnd = performance.now();
+    stopped = true;
+    hooks.onMeasureEnd();
+  }, plannedEnd - t0);
+  // Timers of a busy event loop fire late: the window is where they actually fired.
+  const inWindow = (t: number) => started && t >= result.windowStart && (!stopped || t <= result.windowEnd);
+  // A failure counts when its request overlapped the measured phase, including requests in flight
+  // at its end that fail afterwards (timeouts of an overloaded service); warm-up failures do not.
+  const countError = (kind: string, sentAt: number, endAt: number) => {
+    if (!started || endAt < result.windowStart || (stopped && sentAt > result.windowEnd)) return;
+    result.errors[kind] = (result.errors[kind] ?? 0) + 1;
+  };
+
+  const worker = async (index: number) => {
+    await sleep((index * settings.rampMs) / concurrency);
+    let path = '';
+    let count = 0;
+    while (!stopped) {
+      if (path === '' || count % settings.chatEvery === 0) {
+        const sentAt = performance.now();
+        try {
+          path = await target.newConversation(agent);
+        } catch (err) {
+          countError(`new chat: ${(err as Error).message}`, sentAt, performance.now());
+          path = '';
+          // Back off so a refusing service does not turn the loop into a busy spin on core 0.
+          await sleep(50);
+          continue;
+        }
+      }
+      result.sent++;
+      const outcome = await streamOnce(agent, target, path, settings.timeoutMs);
+      count++;
+      if (inWindow(outcome.ttftAt)) result.ttftMs.push(outcome.ttftAt - outcome.sentAt);
+      if (outcome.error) {
+        countError(outcome.error, outcome.sentAt, outcome.endAt);
+        await sleep(50);
+      } else if (inWindow(outcome.endAt)) {
+        result.replies++;
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: concurrency }, (_, i) => worker(i)));
+  clearTimeout(startTimer);
+  clearTimeout(endTimer);
+  result.drainMs = Math.max(0, performance.now() - result.windowEnd);
+  agent.destroy();
+  return result;
+}
