@@ -8,6 +8,7 @@ import {
   projects,
   webhookEvents,
 } from '../src/db/schema/index.js';
+import { toolFamilies } from '../src/llm/tools/index.js';
 import {
   balanceOf,
   createArtifactType,
@@ -316,7 +317,7 @@ describe('artifacts', () => {
       // Without documents to search: the offline model then answers with its plain notice.
       t.deps.toolFamilies = {};
       onTestFinished(() => {
-        t.deps.toolFamilies = undefined;
+        t.deps.toolFamilies = toolFamilies;
       });
       const offline = await createOrg(t);
       const type = await createArtifactType(t, offline, 'brief');

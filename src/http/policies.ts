@@ -1,4 +1,4 @@
-import type { Principal } from './auth.js';
+import type { Principal } from '../core/principal.js';
 import { forbidden } from './errors.js';
 
 /** Organization keys and admin users manage the organization; members only use it. */

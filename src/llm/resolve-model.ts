@@ -1,12 +1,9 @@
 import type { LanguageModelV3 } from '@ai-sdk/provider';
 import { and, eq, isNull } from 'drizzle-orm';
-import { modelConfigurations, organizations } from '../db/schema/index.js';
-import type { ServiceContext } from '../http/context.js';
+import type { ServiceContext } from '../core/context.js';
+import { type ModelConfigurationRow, modelConfigurations, organizations } from '../db/schema/index.js';
 import { ApiError, notFound } from '../http/errors.js';
 import type { Prices } from '../modules/credits/service.js';
-import { createLanguageModel } from './providers.js';
-
-export type ModelConfigurationRow = typeof modelConfigurations.$inferSelect;
 
 export interface ResolvedModel {
   configuration: ModelConfigurationRow;
@@ -15,43 +12,11 @@ export interface ResolvedModel {
 }
 
 /**
- * Provider models hold only their settings, so one serves every turn with the same settings: the
- * cache saves building a provider and decrypting its key on each turn (measurable at hundreds of
- * turns a second). Keyed by every setting, so an edited configuration gets a new model at once.
- */
-const MODEL_CACHE_MAX = 500;
-const modelCache = new Map<string, LanguageModelV3>();
-
-/** The configuration's language model, with its stored key decrypted only here. */
-export function languageModelOf(ctx: Pick<ServiceContext, 'secrets'>, configuration: ModelConfigurationRow) {
-  const cacheable = configuration.provider !== 'builtin';
-  const key = JSON.stringify([
-    configuration.provider,
-    configuration.model,
-    configuration.baseUrl,
-    configuration.apiKeyEncrypted,
-  ]);
-  const cached = cacheable ? modelCache.get(key) : undefined;
-  if (cached) return cached;
-  const model = createLanguageModel({
-    provider: configuration.provider,
-    model: configuration.model,
-    baseUrl: configuration.baseUrl,
-    apiKey: configuration.apiKeyEncrypted ? ctx.secrets.decrypt(configuration.apiKeyEncrypted) : null,
-  });
-  if (cacheable) {
-    if (modelCache.size >= MODEL_CACHE_MAX) modelCache.clear();
-    modelCache.set(key, model);
-  }
-  return model;
-}
-
-/**
  * The model for a chat turn or a generation: the given configuration of the caller's organization,
  * else the organization's default. 404 `model_configuration_not_found` for an id the organization lacks.
  */
 export async function resolveModel(
-  ctx: Pick<ServiceContext, 'db' | 'secrets' | 'principal'>,
+  ctx: Pick<ServiceContext, 'db' | 'models' | 'principal'>,
   modelConfigurationId?: number | null,
 ): Promise<ResolvedModel> {
   const orgId = ctx.principal.organizationId;
@@ -78,7 +43,7 @@ export async function resolveModel(
   if (!configuration) throw notFound('Model configuration');
   return {
     configuration,
-    model: languageModelOf(ctx, configuration),
+    model: ctx.models.languageModel(configuration),
     prices: {
       creditsPer1kInputTokens: Number(configuration.creditsPer1kInputTokens),
       creditsPer1kOutputTokens: Number(configuration.creditsPer1kOutputTokens),

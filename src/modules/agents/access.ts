@@ -1,6 +1,6 @@
 import { and, eq, isNull, type SQL, sql } from 'drizzle-orm';
+import type { OrgPrincipal } from '../../core/principal.js';
 import { agentGroups, agents, groupMembers } from '../../db/schema/index.js';
-import type { OrgPrincipal } from '../../http/auth.js';
 import { isAdmin } from '../../http/policies.js';
 
 /**

@@ -1,7 +1,7 @@
 import { and, eq, isNull } from 'drizzle-orm';
+import type { OrgPrincipal } from '../../core/principal.js';
 import type { Queryable } from '../../db/client.js';
 import { artifacts, artifactTypes, projects, skillArtifactTypes, skills } from '../../db/schema/index.js';
-import type { OrgPrincipal } from '../../http/auth.js';
 import { notFound, unprocessable } from '../../http/errors.js';
 import { findProjectFor, type ProjectRow, projectVisibleTo } from '../projects/access.js';
 

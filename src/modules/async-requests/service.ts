@@ -1,8 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { and, eq, inArray, sql } from 'drizzle-orm';
 import type { FastifyBaseLogger } from 'fastify';
+import { type ServiceContext, serviceContext } from '../../core/context.js';
+import type { AppDeps } from '../../core/deps.js';
 import { type AsyncRequestKind, asyncRequests, webhookEvents } from '../../db/schema/index.js';
-import type { AppDeps, ServiceContext } from '../../http/context.js';
 import { conflict, notFound, toApiError } from '../../http/errors.js';
 import { recordEvent } from '../../jobs/outbox.js';
 import {
@@ -229,14 +230,11 @@ async function acceptedRequest(deps: AppDeps, requestId: string) {
 export async function runAsyncRequest(deps: AppDeps, requestId: string, log: FastifyBaseLogger) {
   const row = await acceptedRequest(deps, requestId);
   if (!row || (await settleFromOutbox(deps, row))) return;
-  const ctx: ServiceContext = {
-    db: deps.database.db,
-    database: deps.database,
-    config: deps.config,
-    secrets: deps.secrets,
-    principal: { ...row.principal, organizationId: row.organizationId },
-    log: log.child({ asyncRequestId: row.id }),
-  };
+  const ctx = serviceContext(
+    deps,
+    { ...row.principal, organizationId: row.organizationId },
+    log.child({ asyncRequestId: row.id }),
+  );
   const controller = new AbortController();
   const stopWatching = watchForCancel(deps, row.id, controller);
   const options = { families: deps.toolFamilies, signal: controller.signal };

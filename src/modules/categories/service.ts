@@ -1,8 +1,8 @@
 import { and, count, eq, exists, type SQL, sql } from 'drizzle-orm';
+import type { ServiceContext } from '../../core/context.js';
+import type { OrgPrincipal } from '../../core/principal.js';
 import type { Queryable } from '../../db/client.js';
 import { categories, categoryGroups, groupMembers } from '../../db/schema/index.js';
-import type { OrgPrincipal } from '../../http/auth.js';
-import type { ServiceContext } from '../../http/context.js';
 import { notFound } from '../../http/errors.js';
 import { offsetOf, type PageQuery } from '../../http/pagination.js';
 import { isAdmin, requireAdmin } from '../../http/policies.js';

@@ -1,7 +1,7 @@
 import { and, eq, isNull } from 'drizzle-orm';
+import type { OrgPrincipal } from '../../core/principal.js';
 import type { Queryable } from '../../db/client.js';
 import { agents, modelConfigurations, organizations } from '../../db/schema/index.js';
-import type { OrgPrincipal } from '../../http/auth.js';
 import { ApiError, badRequest, notFound } from '../../http/errors.js';
 import { agentVisibleTo } from '../agents/access.js';
 import { findProjectFor, type ProjectRow } from '../projects/access.js';

@@ -1,10 +1,11 @@
 import { and, asc, count, desc, eq, inArray, isNull, or, sql } from 'drizzle-orm';
+import type { ServiceContext } from '../../core/context.js';
+import type { OrgPrincipal } from '../../core/principal.js';
 import type { Queryable } from '../../db/client.js';
 import { chatMessages, chats, toolExecutions } from '../../db/schema/index.js';
-import type { OrgPrincipal } from '../../http/auth.js';
-import type { ServiceContext } from '../../http/context.js';
 import { notFound } from '../../http/errors.js';
 import { offsetOf, type PageQuery } from '../../http/pagination.js';
+import type { TurnPlan } from '../../turns/plan.js';
 import type { ProjectRow } from '../projects/access.js';
 import {
   type AgentRow,
@@ -16,7 +17,6 @@ import {
 } from './access.js';
 import { type ChatRow, type MessageRow, presentMessage, type ToolExecutionRow } from './presenter.js';
 import type { ChatListQuery, CreateChatBody, MessageView } from './schemas.js';
-import type { TurnPlan } from './turn-runner.js';
 
 const TITLE_MAX = 60;
 

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { and, count, desc, eq, inArray, type SQL } from 'drizzle-orm';
+import type { ServiceContext } from '../../core/context.js';
 import type { Queryable } from '../../db/client.js';
 import {
   documentChunks,
@@ -8,7 +9,6 @@ import {
   documents,
   groupMembers,
 } from '../../db/schema/index.js';
-import type { ServiceContext } from '../../http/context.js';
 import { forbidden, notFound } from '../../http/errors.js';
 import { offsetOf } from '../../http/pagination.js';
 import { isAdmin } from '../../http/policies.js';

@@ -1,5 +1,6 @@
 import { and, count, eq, inArray, isNull, sql } from 'drizzle-orm';
 import type { PgColumn, PgTable } from 'drizzle-orm/pg-core';
+import type { ServiceContext } from '../../core/context.js';
 import type { Queryable } from '../../db/client.js';
 import {
   agentGroups,
@@ -12,7 +13,6 @@ import {
   projects,
   users,
 } from '../../db/schema/index.js';
-import type { ServiceContext } from '../../http/context.js';
 import { notFound, unprocessable } from '../../http/errors.js';
 import { offsetOf, type PageQuery } from '../../http/pagination.js';
 import { requireAdmin } from '../../http/policies.js';

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { and, count, eq } from 'drizzle-orm';
+import type { ServiceContext } from '../../core/context.js';
 import { projectWebhooks, type WebhookEventName } from '../../db/schema/index.js';
-import type { ServiceContext } from '../../http/context.js';
 import { notFound, unprocessable } from '../../http/errors.js';
 import { offsetOf, type PageQuery } from '../../http/pagination.js';
 import { requireAdmin } from '../../http/policies.js';

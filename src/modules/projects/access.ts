@@ -1,7 +1,7 @@
 import { and, eq, exists, isNull, type SQL, sql } from 'drizzle-orm';
+import type { OrgPrincipal } from '../../core/principal.js';
 import type { Queryable } from '../../db/client.js';
 import { groupMembers, projectGroups, projects } from '../../db/schema/index.js';
-import type { OrgPrincipal } from '../../http/auth.js';
 
 /**
  * The one rule for "may this key use this project": organization keys and admin users reach every

@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { and, count, desc, eq, sql } from 'drizzle-orm';
+import type { ServiceContext } from '../../core/context.js';
+import type { AppDeps } from '../../core/deps.js';
 import { projectWebhooks, webhookDeliveries } from '../../db/schema/index.js';
-import type { AppDeps, ServiceContext } from '../../http/context.js';
 import { notFound } from '../../http/errors.js';
 import { offsetOf, type PageQuery } from '../../http/pagination.js';
 import { requireAdmin } from '../../http/policies.js';
