@@ -17,12 +17,12 @@ import type { OrgPrincipal } from '../src/core/principal.js';
 import { createSecretBox, type SecretBox } from '../src/crypto/secret-box.js';
 import { type Database, migrateDatabase, openDatabase } from '../src/db/client.js';
 import { documentContents, documentGroups, documents } from '../src/db/schema/index.js';
-import { documentVisibleToProject } from '../src/knowledge/access.js';
 import { detectMediaType } from '../src/knowledge/media-type.js';
 import { processDocument } from '../src/knowledge/process.js';
 import { searchPassages } from '../src/knowledge/search.js';
 import { VectorStore } from '../src/knowledge/vector-store.js';
 import { bootstrap } from '../src/modules/bootstrap/service.js';
+import { documentVisibleToProject } from '../src/policies/documents.js';
 import { corpusFiles, QUESTIONS } from '../test/fixtures/retrieval-corpus.js';
 
 export const RECALL_BAR = 0.8;

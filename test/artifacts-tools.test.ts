@@ -4,10 +4,10 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import type { ServiceContext } from '../src/core/context.js';
 import { agentSkills, agents, artifacts, webhookEvents } from '../src/db/schema/index.js';
-import { resolveModel } from '../src/llm/resolve-model.js';
 import { toolFamilies } from '../src/llm/tools/index.js';
 import { collectTools, type ToolFamily } from '../src/llm/tools/registry.js';
 import { generateArtifact } from '../src/modules/artifacts/generation.js';
+import { resolveModel } from '../src/modules/model-configurations/resolve.js';
 import {
   createArtifactType,
   createSkill,

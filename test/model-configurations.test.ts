@@ -4,7 +4,7 @@ import { eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../src/app.js';
 import { modelConfigurations } from '../src/db/schema/index.js';
-import { resolveModel } from '../src/llm/resolve-model.js';
+import { resolveModel } from '../src/modules/model-configurations/resolve.js';
 import {
   buildTestApp,
   call,

@@ -1,5 +1,5 @@
 import type { ServiceContext } from '../core/context.js';
-import { documentVisibleToProject } from './access.js';
+import { documentVisibleToProject } from '../policies/documents.js';
 import { type Passage, searchPassages } from './search.js';
 
 export type { Passage } from './search.js';

@@ -3,21 +3,26 @@ import type { ModelMessage } from 'ai';
 import { eq, sql } from 'drizzle-orm';
 import type { ServiceContext } from '../../core/context.js';
 import type { Queryable } from '../../db/client.js';
-import { artifacts, artifactTypes, type ChatHistoryEntry } from '../../db/schema/index.js';
+import {
+  type ArtifactTypeRow,
+  artifacts,
+  artifactTypes,
+  type ChatHistoryEntry,
+  type ProjectRow,
+  type SkillRow,
+} from '../../db/schema/index.js';
 import { ApiError, unprocessable } from '../../http/errors.js';
 import { recordEvent } from '../../jobs/outbox.js';
-import { type ResolvedModel, resolveModel } from '../../llm/resolve-model.js';
 import { collectTools, type ToolFamilies } from '../../llm/tools/registry.js';
 import { chargeUsage, costOf, ensureCredits, type Usage } from '../credits/service.js';
-import type { ProjectRow } from '../projects/access.js';
+
+import { type ResolvedModel, resolveModel } from '../model-configurations/resolve.js';
 import {
   type ArtifactRecord,
-  type ArtifactTypeRow,
   findArtifact,
   findArtifactType,
   findSkillOfType,
   findWritableProject,
-  type SkillRow,
 } from './lookup.js';
 import { runModel } from './model-run.js';
 import {
@@ -302,21 +307,13 @@ export async function runRefinement(
   };
 }
 
-/** The requested model, else the one that wrote the artifact (if it still exists), else the default. */
-async function refinementModel(
+/** The requested model, else the one that wrote the artifact (if it is still a usable chat model), else the default. */
+function refinementModel(
   ctx: ServiceContext,
   requested: number | null,
   artifact: ArtifactRecord,
 ): Promise<ResolvedModel> {
-  if (requested !== null) return resolveModel(ctx, requested);
-  if (artifact.modelConfigurationId !== null) {
-    try {
-      return await resolveModel(ctx, artifact.modelConfigurationId);
-    } catch (error) {
-      if (!(error instanceof ApiError && error.status === 404)) throw error;
-    }
-  }
-  return resolveModel(ctx, null);
+  return resolveModel(ctx, requested, [artifact.modelConfigurationId]);
 }
 
 async function charge(

@@ -3,9 +3,15 @@ import { and, eq, inArray, sql } from 'drizzle-orm';
 import type { FastifyBaseLogger } from 'fastify';
 import { type ServiceContext, serviceContext } from '../../core/context.js';
 import type { AppDeps } from '../../core/deps.js';
-import { type AsyncRequestKind, asyncRequests, webhookEvents } from '../../db/schema/index.js';
+import {
+  type AsyncRequestKind,
+  type AsyncRequestRow,
+  asyncRequests,
+  webhookEvents,
+} from '../../db/schema/index.js';
 import { conflict, notFound, toApiError } from '../../http/errors.js';
 import { recordEvent } from '../../jobs/outbox.js';
+import { findProjectFor } from '../../policies/projects.js';
 import {
   type GenerateArtifactInput,
   prepareGeneration,
@@ -14,7 +20,6 @@ import {
   runGeneration,
   runRefinement,
 } from '../artifacts/generation.js';
-import { findProjectFor } from '../projects/access.js';
 import type { AsyncAcceptedResponse } from './schemas.js';
 
 export const ASYNC_ARTIFACT_QUEUE = 'artifacts-async';
@@ -24,8 +29,6 @@ export const ASYNC_ARTIFACT_FAILED_QUEUE = 'artifacts-async-failed';
 export interface AsyncArtifactJob {
   requestId: string;
 }
-
-type AsyncRequestRow = typeof asyncRequests.$inferSelect;
 
 const OUTCOME: Record<AsyncRequestKind, { status: 'generated' | 'refined'; event: string }> = {
   generate: { status: 'generated', event: 'artifact_generated' },

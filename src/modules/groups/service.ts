@@ -7,6 +7,7 @@ import {
   agents,
   categories,
   categoryGroups,
+  type GroupRow,
   groupMembers,
   groups,
   projectGroups,
@@ -15,11 +16,9 @@ import {
 } from '../../db/schema/index.js';
 import { notFound, unprocessable } from '../../http/errors.js';
 import { offsetOf, type PageQuery } from '../../http/pagination.js';
-import { requireAdmin } from '../../http/policies.js';
+import { requireAdmin } from '../../policies/roles.js';
 import { lockGroupAssignments } from './references.js';
 import type { CreateGroupBody, UpdateGroupBody } from './schemas.js';
-
-type GroupRow = typeof groups.$inferSelect;
 
 const inOrg = (ctx: ServiceContext) => eq(groups.organizationId, ctx.principal.organizationId);
 

@@ -3,7 +3,7 @@ import type { ServiceContext } from '../../core/context.js';
 import { apiKeys, groupMembers, groups, users } from '../../db/schema/index.js';
 import { notFound } from '../../http/errors.js';
 import { offsetOf, type PageQuery } from '../../http/pagination.js';
-import { requireAdmin } from '../../http/policies.js';
+import { requireAdmin } from '../../policies/roles.js';
 import type { CreateUserBody, UpdateUserBody } from './schemas.js';
 
 const inOrg = (ctx: ServiceContext) =>
