@@ -1,7 +1,7 @@
 import { eq, sql } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { documentChunks } from '../src/db/schema/index.js';
-import { searchKnowledge } from '../src/knowledge/knowledge.js';
+import { searchKnowledge } from '../src/knowledge/project-search.js';
 import { EMBEDDINGS_TABLE } from '../src/knowledge/vector-store.js';
 import { KNOWLEDGE_SEARCH_TOOL } from '../src/llm/builtin-model.js';
 import { toolFamilies } from '../src/llm/tools/index.js';
