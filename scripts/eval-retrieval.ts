@@ -13,15 +13,16 @@ import { pathToFileURL } from 'node:url';
 import { PGlite } from '@electric-sql/pglite';
 import { vector } from '@electric-sql/pglite-pgvector';
 import { loadConfig } from '../src/config.js';
+import type { OrgPrincipal } from '../src/core/principal.js';
 import { createSecretBox, type SecretBox } from '../src/crypto/secret-box.js';
 import { type Database, migrateDatabase, openDatabase } from '../src/db/client.js';
 import { documentContents, documentGroups, documents } from '../src/db/schema/index.js';
-import type { OrgPrincipal } from '../src/http/auth.js';
-import { documentVisibleToProject } from '../src/knowledge/access.js';
 import { detectMediaType } from '../src/knowledge/media-type.js';
 import { processDocument } from '../src/knowledge/process.js';
 import { searchPassages } from '../src/knowledge/search.js';
+import { VectorStore } from '../src/knowledge/vector-store.js';
 import { bootstrap } from '../src/modules/bootstrap/service.js';
+import { documentVisibleToProject } from '../src/policies/documents.js';
 import { corpusFiles, QUESTIONS } from '../test/fixtures/retrieval-corpus.js';
 
 export const RECALL_BAR = 0.8;
@@ -56,7 +57,12 @@ export interface EvalTarget {
 /** Ingests the corpus into the organization (in `groupId`, which the project must have) and scores it. */
 export async function runRetrievalEval(target: EvalTarget): Promise<EvalResult> {
   const { database } = target;
-  const deps = { database, secrets: target.secrets, log: quietLog };
+  const deps = {
+    database,
+    secrets: target.secrets,
+    vectors: new VectorStore(database, quietLog),
+    log: quietLog,
+  };
   const keyOf = new Map<number, string>();
   for (const file of await corpusFiles()) {
     const [row] = await database.db

@@ -5,8 +5,8 @@ import swaggerUi from '@fastify/swagger-ui';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import { Redis } from 'ioredis';
+import type { AppDeps } from './core/deps.js';
 import { authenticate } from './http/auth.js';
-import type { AppDeps } from './http/context.js';
 import { ApiError, sendError } from './http/errors.js';
 import { registerIdempotency } from './http/idempotency.js';
 import { validatorCompiler } from './http/validation.js';
@@ -57,16 +57,17 @@ const v1Modules = [
 const v2Modules: (typeof v1Modules)[number][] = [chatRoutes];
 
 export interface BuildOptions {
+  /** Replaces the process's logger (`deps.log`) for this app; tests silence it. */
   logger?: FastifyServerOptions['logger'];
 }
+
+// Time left, after turns were given their chance to finish, to record cancellations before main.ts exits.
+const CANCEL_MARGIN_MS = 3_000;
 
 export async function buildApp(deps: AppDeps, options: BuildOptions = {}): Promise<FastifyInstance> {
   const { config } = deps;
   const app = Fastify({
-    logger: options.logger ?? {
-      level: config.logLevel,
-      redact: ['req.headers.authorization', 'headers.authorization'],
-    },
+    ...(options.logger === undefined ? { loggerInstance: deps.log } : { logger: options.logger }),
     genReqId: (req) => {
       const given = req.headers['x-request-id'];
       return typeof given === 'string' && /^[\w.-]{1,128}$/.test(given) ? given : randomUUID();
@@ -77,6 +78,14 @@ export async function buildApp(deps: AppDeps, options: BuildOptions = {}): Promi
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   app.decorate('deps', deps);
+  // preClose runs before the server waits for open connections: streams read from other processes
+  // end (their clients reattach elsewhere with Last-Event-ID), and running turns get the grace
+  // period to finish, then are cancelled, so their streams end instead of holding the shutdown up.
+  // The resources themselves are closed by the composition root (src/root.ts) after the app.
+  app.addHook('preClose', async () => {
+    deps.streams.detachRemote();
+    await deps.turns.close(Math.max(0, config.shutdownGraceMs - CANCEL_MARGIN_MS));
+  });
   app.decorateRequest('principal', null);
   app.setValidatorCompiler(validatorCompiler);
   app.setErrorHandler((error, request, reply) => sendError(request, reply, error));

@@ -1,15 +1,14 @@
 import { parseArgs } from 'node:util';
 import { eq } from 'drizzle-orm';
-import { buildApp } from './app.js';
 import { type Config, ConfigError, loadConfig } from './config.js';
 import { createSecretBox, resolveSecret } from './crypto/secret-box.js';
 import { type Database, migrateDatabase, openDatabase } from './db/client.js';
 import { organizations, users } from './db/schema/index.js';
-import { createJobQueue } from './jobs/queue.js';
 import { registerWorkers } from './jobs/workers.js';
 import type { KeyKind } from './modules/api-keys/secrets.js';
 import { insertApiKey } from './modules/api-keys/service.js';
 import { bootstrap, NotEmptyError } from './modules/bootstrap/service.js';
+import { createRoot } from './root.js';
 
 const USAGE = `Usage: npm run --silent cli -- <command>
 
@@ -24,27 +23,19 @@ class UsageError extends Error {}
 
 /**
  * A worker-only process: the same job handlers as the server, sharing the queue with every other
- * process on the database. The app is built (never listening) for its logger and its handlers.
+ * process on the database, and no HTTP app.
  */
 async function runWorker(database: Database, config: Config): Promise<number> {
-  const secrets = createSecretBox(resolveSecret(config.secretKey, config.dataDir).secret);
-  const queueLog: { log?: { error(obj: object, msg: string): void } } = {};
-  const jobs = await createJobQueue(database, {
-    onError: (err) => queueLog.log?.error({ err }, 'background job queue error'),
-  });
-  const deps = { config, database, secrets, jobs };
-  const app = await buildApp(deps);
-  queueLog.log = app.log;
-  await registerWorkers(deps, app.log);
-  await jobs.start();
-  app.log.info('worker started: running background jobs');
+  const root = await createRoot(config, { database });
+  await registerWorkers(root, root.log);
+  await root.jobs.start();
+  root.log.info('worker started: running background jobs');
   const signal = await new Promise<string>((resolve) => {
     process.once('SIGTERM', () => resolve('SIGTERM'));
     process.once('SIGINT', () => resolve('SIGINT'));
   });
-  app.log.info({ signal }, 'worker stopping: finishing running jobs');
-  await jobs.stop();
-  await app.close();
+  root.log.info({ signal }, 'worker stopping: finishing running jobs');
+  await root.close();
   return 0;
 }
 

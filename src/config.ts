@@ -1,6 +1,7 @@
 import path from 'node:path';
+import { ENVIRONMENT_PROVIDERS, type EnvironmentProvider, PROVIDERS } from './llm/providers.js';
 
-export type LlmProvider = 'openai-compatible' | 'openai' | 'anthropic';
+export type LlmProvider = EnvironmentProvider;
 
 export interface Config {
   port: number;
@@ -77,7 +78,7 @@ function url(env: Env, name: string, protocols: string[]): string | undefined {
 }
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
-const LLM_PROVIDERS: LlmProvider[] = ['openai-compatible', 'openai', 'anthropic'];
+const LLM_PROVIDERS: readonly LlmProvider[] = ENVIRONMENT_PROVIDERS;
 
 function llmSettings(env: Env): Config['llm'] {
   const provider = read(env, 'LLM_PROVIDER');
@@ -90,8 +91,8 @@ function llmSettings(env: Env): Config['llm'] {
   const model = read(env, 'LLM_MODEL');
   if (model === undefined) throw new ConfigError('LLM_MODEL is required when LLM_PROVIDER is set');
   const baseUrl = url(env, 'LLM_BASE_URL', ['http:', 'https:']) ?? null;
-  if (provider === 'openai-compatible' && baseUrl === null) {
-    throw new ConfigError('LLM_BASE_URL is required when LLM_PROVIDER is openai-compatible');
+  if (PROVIDERS[provider as LlmProvider].needsBaseUrl && baseUrl === null) {
+    throw new ConfigError(`LLM_BASE_URL is required when LLM_PROVIDER is ${provider}`);
   }
   return { provider: provider as LlmProvider, baseUrl, apiKey: read(env, 'LLM_API_KEY') ?? null, model };
 }

@@ -1,40 +1,19 @@
-import type { FastifyBaseLogger } from 'fastify';
 import { buildApp } from './app.js';
 import { ConfigError, loadConfig } from './config.js';
-import { createSecretBox, resolveSecret } from './crypto/secret-box.js';
-import { isEmpty, migrateDatabase, openDatabase } from './db/client.js';
-import { createJobQueue } from './jobs/queue.js';
+import { isEmpty } from './db/client.js';
 import { registerWorkers } from './jobs/workers.js';
 import { bootstrap, NotEmptyError } from './modules/bootstrap/service.js';
+import { createRoot } from './root.js';
 
 async function main() {
   const config = loadConfig();
-  const database = await openDatabase(config);
-  await migrateDatabase(database);
-  const secret = resolveSecret(config.secretKey, config.dataDir);
-  // The queue exists before the app (it is one of the app's deps); it logs through the app's logger.
-  const queueLog: { log?: FastifyBaseLogger } = {};
-  const jobs = await createJobQueue(database, {
-    onError: (err) => queueLog.log?.error({ err }, 'background job queue error'),
-  });
-  const deps = {
-    config,
-    database,
-    secrets: createSecretBox(secret.secret),
-    jobs,
-    turnSettings: { leaseMs: config.turnLeaseMs, modelIdleMs: config.modelIdleTimeoutMs },
-  };
-  const app = await buildApp(deps);
-  queueLog.log = app.log;
-  if (secret.generated && database.kind === 'postgres') {
-    app.log.warn(
-      'SECRET_KEY is not set: using a key generated in DATA_DIR; set SECRET_KEY when several processes share the database',
-    );
-  }
+  // Every shared resource, built once (src/root.ts); the app and the job handlers receive them.
+  const root = await createRoot(config);
+  const app = await buildApp(root);
 
-  if (await isEmpty(database)) {
+  if (await isEmpty(root.database)) {
     try {
-      const keys = await bootstrap(database, deps);
+      const keys = await bootstrap(root.database, root);
       // The one time keys are logged: the first start of an empty database (DESIGN.md section 3).
       app.log.info({ bootstrap: keys }, 'Bootstrapped an empty database; these keys are shown only once');
     } catch (err) {
@@ -52,16 +31,16 @@ async function main() {
       process.exit(1);
     }, config.shutdownGraceMs);
     force.unref();
+    // The app first (no new requests; running turns finish or are cancelled), then the resources.
     await app.close();
-    await jobs.stop();
-    await database.close();
+    await root.close();
     process.exit(0);
   };
   process.on('SIGTERM', () => void stop('SIGTERM'));
   process.on('SIGINT', () => void stop('SIGINT'));
 
-  await registerWorkers(deps, app.log);
-  await jobs.start();
+  await registerWorkers(root, app.log);
+  await root.jobs.start();
   await app.listen({ port: config.port, host: config.host });
 }
 

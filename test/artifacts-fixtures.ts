@@ -1,5 +1,6 @@
 import { eq } from 'drizzle-orm';
 import type { EventSourceMessage } from 'eventsource-parser';
+import type { ServiceContext } from '../src/core/context.js';
 import {
   apiKeys,
   artifactTypes,
@@ -9,7 +10,6 @@ import {
   skillArtifactTypes,
   skills,
 } from '../src/db/schema/index.js';
-import type { ServiceContext } from '../src/http/context.js';
 import type { TestApp, TestOrg } from './helpers/app.js';
 import type { FakeModelServer } from './helpers/fake-model-server.js';
 import { readSse } from './helpers/sse.js';
@@ -133,6 +133,9 @@ export async function serviceContextFor(t: TestApp, org: TestOrg): Promise<Servi
     database: t.deps.database,
     config: t.deps.config,
     secrets: t.deps.secrets,
+    models: t.deps.models,
+    mcp: t.deps.mcp,
+    vectors: t.deps.vectors,
     principal: {
       kind: 'organization',
       keyId: key.id,

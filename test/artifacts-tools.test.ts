@@ -2,12 +2,12 @@ import { stepCountIs, streamText, tool } from 'ai';
 import { eq } from 'drizzle-orm';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import type { ServiceContext } from '../src/core/context.js';
 import { agentSkills, agents, artifacts, webhookEvents } from '../src/db/schema/index.js';
-import type { ServiceContext } from '../src/http/context.js';
-import { resolveModel } from '../src/llm/resolve-model.js';
 import { toolFamilies } from '../src/llm/tools/index.js';
 import { collectTools, type ToolFamily } from '../src/llm/tools/registry.js';
 import { generateArtifact } from '../src/modules/artifacts/generation.js';
+import { resolveModel } from '../src/modules/model-configurations/resolve.js';
 import {
   createArtifactType,
   createSkill,
@@ -85,7 +85,7 @@ describe('artifacts and skills tools', () => {
     ).id;
   });
   afterAll(async () => {
-    t.deps.toolFamilies = undefined;
+    t.deps.toolFamilies = toolFamilies;
     await t.close();
     await fake.close();
   });
@@ -165,13 +165,17 @@ describe('artifacts and skills tools', () => {
 
   it('refine_artifact rewrites an artifact and keeps its chat', async () => {
     fake.enqueue({ text: '# Original' });
-    const made = await generateArtifact(ctx, {
-      artifactTypeSlug: 'memo',
-      projectId: org.projectId,
-      skillId: plainSkillId,
-      inputs: [],
-      chatId: CHAT_ID,
-    });
+    const made = await generateArtifact(
+      ctx,
+      {
+        artifactTypeSlug: 'memo',
+        projectId: org.projectId,
+        skillId: plainSkillId,
+        inputs: [],
+        chatId: CHAT_ID,
+      },
+      { families: toolFamilies },
+    );
     fake.reset();
     fake.enqueue(
       {
@@ -373,7 +377,7 @@ describe('artifacts and skills tools', () => {
         { role: 'assistant', content: '# Offsite\n\nIt is in May.' },
       ]);
     } finally {
-      t.deps.toolFamilies = undefined;
+      t.deps.toolFamilies = toolFamilies;
     }
   });
 });

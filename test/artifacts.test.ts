@@ -8,6 +8,7 @@ import {
   projects,
   webhookEvents,
 } from '../src/db/schema/index.js';
+import { toolFamilies } from '../src/llm/tools/index.js';
 import {
   balanceOf,
   createArtifactType,
@@ -316,7 +317,7 @@ describe('artifacts', () => {
       // Without documents to search: the offline model then answers with its plain notice.
       t.deps.toolFamilies = {};
       onTestFinished(() => {
-        t.deps.toolFamilies = undefined;
+        t.deps.toolFamilies = toolFamilies;
       });
       const offline = await createOrg(t);
       const type = await createArtifactType(t, offline, 'brief');
@@ -439,6 +440,50 @@ describe('artifacts', () => {
         }),
         201,
       );
+    });
+
+    it('422 for an embedding model configuration, on every generate and refine endpoint, before any model runs', async () => {
+      const [embedding] = await t.deps.database.db
+        .insert(modelConfigurations)
+        .values({
+          organizationId: org.organizationId,
+          name: 'Embeddings',
+          provider: 'openai-compatible',
+          model: 'embed-model',
+          baseUrl: fake.baseUrl,
+          purpose: 'embedding',
+        })
+        .returning();
+      const body = { skill_id: skillId, inputs: memoInputs, model_configuration_id: embedding.id };
+      const before = await artifactCount();
+      for (const url of [generateUrl(), generateUrl().replace('/artifacts?', '/artifacts/stream?')]) {
+        const res = await call(t, 'POST', url, { key: org.orgKey, body });
+        expectV1Error(res, 422, 'validation_failed');
+        expect(res.body.error.details).toEqual({
+          model_configuration_id: ['must be a model configuration with purpose chat'],
+        });
+      }
+      expectV1Error(
+        await call(t, 'POST', generateUrl(), { key: org.orgKey, body: { ...body, fire_and_forget: true } }),
+        422,
+        'validation_failed',
+      );
+      fake.enqueue({ text: '# Draft' });
+      const made = await generate();
+      expectStatus(made, 201);
+      fake.reset();
+      for (const suffix of ['refine', 'refine_stream']) {
+        expectV1Error(
+          await call(t, 'POST', `${artifactUrl(made.body.artifact.id)}/${suffix}`, {
+            key: org.orgKey,
+            body: { refine_prompt: 'Shorter', model_configuration_id: embedding.id },
+          }),
+          422,
+          'validation_failed',
+        );
+      }
+      expect(fake.chatRequests()).toHaveLength(0);
+      expect(await artifactCount()).toBe(before + 1);
     });
 
     it('404 for a project of another organization or one the key cannot use', async () => {

@@ -1,7 +1,7 @@
 import { eq, sql } from 'drizzle-orm';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { chatTurns, eventStreams, streamEvents } from '../src/db/schema/index.js';
-import { Notifier } from '../src/modules/streams/notifier.js';
+import { Notifier } from '../src/streams/notifier.js';
 import { addModel, type ChatTestApp, startChatApp, streamedText } from './chats-support.js';
 import { call, createMember, createOrg, expectStatus, expectV2Error, type TestOrg } from './helpers/app.js';
 import { type FakeModelServer, startFakeModelServer } from './helpers/fake-model-server.js';

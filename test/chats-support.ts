@@ -5,10 +5,11 @@ import type { FastifyInstance } from 'fastify';
 import { expect } from 'vitest';
 import { z } from 'zod';
 import { buildApp } from '../src/app.js';
+import type { Config } from '../src/config.js';
 import { modelConfigurations, organizations } from '../src/db/schema/index.js';
-import type { AppDeps } from '../src/http/context.js';
 import type { ToolFamilies, ToolScope } from '../src/llm/tools/registry.js';
-import { buildTestApp, type TestApp } from './helpers/app.js';
+import type { RootOptions } from '../src/root.js';
+import { createTestRoot, startTestServer, type TestApp } from './helpers/app.js';
 import { readSse } from './helpers/sse.js';
 
 export interface ChatTestApp extends TestApp {
@@ -16,41 +17,35 @@ export interface ChatTestApp extends TestApp {
   close(): Promise<void>;
 }
 
-/**
- * The real app with test seams set (tool families, turn timings), listening on loopback. The base
- * test app (bootstrapped database) is built first; the chat app shares its dependencies.
- */
+/** What a chat test sets on the composition root: tool families (none by default), turn and hub timings. */
+export type ChatRootOptions = Pick<RootOptions, 'toolFamilies' | 'turnSettings' | 'streamHub'>;
+
+/** The real app with the test's root options (tool families, turn timings), listening on loopback. */
 export async function startChatApp(
-  options: {
-    env?: Record<string, string>;
-    deps?: Partial<Pick<AppDeps, 'toolFamilies' | 'turnSettings' | 'turnEvents' | 'streamHub'>>;
-  } = {},
+  options: { env?: Record<string, string>; deps?: ChatRootOptions } = {},
 ): Promise<ChatTestApp> {
-  const base = await buildTestApp(options.env ?? {});
-  const app = await buildApp(
-    { toolFamilies: {}, ...base.deps, ...options.deps },
-    { logger: process.env.DEBUG_LOG ? { level: 'error' } : false },
-  );
-  const baseUrl = await app.listen({ port: 0, host: '127.0.0.1' });
-  return {
-    ...base,
-    app,
-    baseUrl,
-    async close() {
-      await app.close();
-      await base.close();
-    },
-  };
+  return startTestServer(options.env ?? {}, undefined, { toolFamilies: {}, ...options.deps });
 }
 
-/** A second app on the same database (a second process would share it the same way). */
+/**
+ * A second app on the same database, with its own root (stream hub, turn runner, pools) as a second
+ * process would have; it shares the first one's job queue. Closing the app closes its root.
+ */
 export async function startSibling(
   t: TestApp,
-  deps: Partial<AppDeps> = {},
+  options: Omit<RootOptions, 'jobs' | 'secrets' | 'log'> & { config?: Config } = {},
 ): Promise<{ app: FastifyInstance; baseUrl: string; api: TestApp }> {
-  const app = await buildApp({ toolFamilies: {}, ...t.deps, ...deps }, { logger: false });
+  const { config = t.deps.config, database = t.deps.database, ...rest } = options;
+  const root = await createTestRoot(config, {
+    toolFamilies: {},
+    ...rest,
+    database,
+    jobs: t.deps.jobs,
+  });
+  const app = await buildApp(root, { logger: false });
+  app.addHook('onClose', () => root.close());
   const baseUrl = await app.listen({ port: 0, host: '127.0.0.1' });
-  return { app, baseUrl, api: { ...t, app, baseUrl } };
+  return { app, baseUrl, api: { ...t, app, baseUrl, deps: root } };
 }
 
 /** A model configuration row pointing at a test model server (the management API is another module's). */

@@ -2,8 +2,8 @@ import { createHash } from 'node:crypto';
 import { eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { documentChunks, documentContents, documentGroups, documents } from '../src/db/schema/index.js';
-import { searchKnowledge } from '../src/knowledge/knowledge.js';
 import { MEDIA_TYPES } from '../src/knowledge/media-type.js';
+import { searchKnowledge } from '../src/knowledge/project-search.js';
 import { makePdf } from './fixtures/documents.js';
 import {
   createGroup,

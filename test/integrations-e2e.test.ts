@@ -2,7 +2,6 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { agents } from '../src/db/schema/index.js';
 import { integrationTools } from '../src/llm/tools/integrations.js';
 import { DEFAULT_MCP_POOL_OPTIONS } from '../src/mcp/client-pool.js';
-import { mcpPoolFor } from '../src/mcp/pools.js';
 import {
   createArtifactType,
   createSkill,
@@ -40,7 +39,7 @@ beforeAll(async () => {
 });
 afterEach(async () => {
   model.reset();
-  await mcpPoolFor(t.deps).configure(DEFAULT_MCP_POOL_OPTIONS);
+  await t.deps.mcp.configure(DEFAULT_MCP_POOL_OPTIONS);
 });
 afterAll(async () => {
   await t?.close();
@@ -152,7 +151,7 @@ describe('chat turns with connected tool servers', () => {
   });
 
   it('a hanging tool times out as a failed execution and the turn completes', async () => {
-    await mcpPoolFor(t.deps).configure({ callTimeoutMs: 400 });
+    await t.deps.mcp.configure({ callTimeoutMs: 400 });
     const org = await orgWithTools();
     const chatId = await newChat(org);
     model.enqueue(

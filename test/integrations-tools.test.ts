@@ -1,12 +1,11 @@
 import { stepCountIs, streamText, type Tool } from 'ai';
 import { afterAll, afterEach, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import type { ServiceContext } from '../src/core/context.js';
 import { projects } from '../src/db/schema/index.js';
-import type { ServiceContext } from '../src/http/context.js';
 import { createLanguageModel } from '../src/llm/providers.js';
 import { toolFamilies } from '../src/llm/tools/index.js';
 import { collectTools, type ToolScope } from '../src/llm/tools/registry.js';
 import { DEFAULT_MCP_POOL_OPTIONS } from '../src/mcp/client-pool.js';
-import { mcpPoolFor } from '../src/mcp/pools.js';
 import { PROVIDER_TOOL_NAME } from '../src/mcp/tool-names.js';
 import { buildTestApp, call, createOrg, expectStatus, type TestApp, type TestOrg } from './helpers/app.js';
 import { type FakeModelServer, startFakeModelServer } from './helpers/fake-model-server.js';
@@ -39,7 +38,7 @@ describe('integrations tool family', () => {
   afterEach(async () => {
     model.reset();
     // Each test starts from fresh connections and the default timeouts.
-    await mcpPoolFor(t.deps).configure(DEFAULT_MCP_POOL_OPTIONS);
+    await t.deps.mcp.configure(DEFAULT_MCP_POOL_OPTIONS);
     for (const i of (await call(t, 'GET', '/api/v1/integrations?page_size=100', { key: org.orgKey })).body
       .integrations) {
       await call(t, 'DELETE', `/api/v1/integrations/${i.id}`, { key: org.orgKey });
@@ -64,6 +63,9 @@ describe('integrations tool family', () => {
       database: t.deps.database,
       config: t.deps.config,
       secrets: t.deps.secrets,
+      models: t.deps.models,
+      mcp: t.deps.mcp,
+      vectors: t.deps.vectors,
       principal: {
         kind: 'organization',
         keyId: 0,
@@ -165,7 +167,7 @@ describe('integrations tool family', () => {
   });
 
   it('times out a hanging tool, cancels it on the server, and the stream completes', async () => {
-    await mcpPoolFor(t.deps).configure({ callTimeoutMs: 300 });
+    await t.deps.mcp.configure({ callTimeoutMs: 300 });
     await integration({ name: 'Desk', url: mcp.url });
     const set = await collectTools(toolFamilies, ['integrations'], scope());
     model.enqueue(
@@ -220,7 +222,7 @@ describe('integrations tool family', () => {
     expect(res.status).toBe(502);
     expect(refusing.requests.length).toBeGreaterThan(attempts);
 
-    await mcpPoolFor(t.deps).configure({ retryDownAfterMs: 0 });
+    await t.deps.mcp.configure({ retryDownAfterMs: 0 });
     const before = refusing.requests.length;
     await collectTools(toolFamilies, ['integrations'], scope());
     expect(refusing.requests.length).toBeGreaterThan(before);
@@ -289,7 +291,7 @@ describe('integrations tool family', () => {
   });
 
   it('lists again once the TTL has passed', async () => {
-    await mcpPoolFor(t.deps).configure({ toolsTtlMs: 0 });
+    await t.deps.mcp.configure({ toolsTtlMs: 0 });
     await integration({ name: 'Fresh', url: mcp.url });
     await collectTools(toolFamilies, ['integrations'], scope());
     const listed = mcp.listCount();
@@ -365,6 +367,6 @@ describe('integrations tool family', () => {
       { type: 'text', text: '2' },
     ]);
     expect(initializations()).toBe(before + 1);
-    expect(await mcpPoolFor(t.deps).transportOf(created.id)).toBe('streamable-http');
+    expect(await t.deps.mcp.transportOf(created.id)).toBe('streamable-http');
   });
 });

@@ -5,13 +5,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
 import { integrations, projects } from '../src/db/schema/index.js';
-import { mcpPoolFor } from '../src/mcp/pools.js';
 import { isPrivateAddress } from '../src/net/outbound.js';
 import {
   buildTestApp,
   call,
   createMember,
   createOrg,
+  createTestRoot,
   expectStatus,
   expectV1Error,
   type TestApp,
@@ -188,7 +188,7 @@ describe('integrations API', () => {
       const res = await call(t, 'GET', `/api/v1/integrations/${id}/tools`, { key: org.orgKey });
       expectStatus(res, 200);
       expect(res.body.tools.map((tool: any) => tool.name)).toContain('echo');
-      expect(await mcpPoolFor(t.deps).transportOf(id)).toBe('sse');
+      expect(await t.deps.mcp.transportOf(id)).toBe('sse');
       // It tried Streamable HTTP first (a POST to the endpoint), then opened the event stream.
       expect(old.requests[0]).toMatchObject({ method: 'POST', path: '/sse' });
       expect(old.requests.some((r) => r.method === 'GET' && r.path === '/sse')).toBe(true);
@@ -201,7 +201,7 @@ describe('integrations API', () => {
     const created = await create({ name: 'Modern', url: server.url, headers: { Authorization: SECRET } });
     const id = created.body.integration.id;
     expectStatus(await call(t, 'GET', `/api/v1/integrations/${id}/tools`, { key: org.orgKey }), 200);
-    expect(await mcpPoolFor(t.deps).transportOf(id)).toBe('streamable-http');
+    expect(await t.deps.mcp.transportOf(id)).toBe('streamable-http');
   });
 
   it('scopes to given projects, which must be the organization’s', async () => {
@@ -419,12 +419,11 @@ describe('integrations without OUTBOUND_ALLOW_PRIVATE', () => {
 
   it('checks the URL rule again when connecting (a URL saved while private addresses were allowed)', async () => {
     // A second app on the same database, as another process started with OUTBOUND_ALLOW_PRIVATE.
-    const permissive = {
-      app: await buildApp(
-        { ...t.deps, config: loadConfig(testEnv({ OUTBOUND_ALLOW_PRIVATE: 'true' })) },
-        { logger: false },
-      ),
-    } as TestApp;
+    const root = await createTestRoot(loadConfig(testEnv({ OUTBOUND_ALLOW_PRIVATE: 'true' })), {
+      database: t.deps.database,
+      jobs: t.deps.jobs,
+    });
+    const permissive = { app: await buildApp(root, { logger: false }) } as TestApp;
     try {
       const created = await call(permissive, 'POST', '/api/v1/integrations', {
         key: org.orgKey,
@@ -443,6 +442,7 @@ describe('integrations without OUTBOUND_ALLOW_PRIVATE', () => {
       expect(server.requests.length).toBe(before);
     } finally {
       await permissive.app.close();
+      await root.close();
     }
   });
 });

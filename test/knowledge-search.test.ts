@@ -1,8 +1,8 @@
 import { eq, sql } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { documentChunks } from '../src/db/schema/index.js';
-import { searchKnowledge } from '../src/knowledge/knowledge.js';
-import { EMBEDDINGS_TABLE, vectorStoreAvailable } from '../src/knowledge/vector-store.js';
+import { searchKnowledge } from '../src/knowledge/project-search.js';
+import { EMBEDDINGS_TABLE } from '../src/knowledge/vector-store.js';
 import { KNOWLEDGE_SEARCH_TOOL } from '../src/llm/builtin-model.js';
 import { toolFamilies } from '../src/llm/tools/index.js';
 import {
@@ -45,7 +45,10 @@ async function runKnowledgeTool(
   as = null as any,
 ) {
   const family = toolFamilies.knowledge!;
-  const set = await family({ ctx: serviceContext(t, org, as), projectId, chatId: null, agentId: null });
+  const set = await family(
+    { ctx: serviceContext(t, org, as), projectId, chatId: null, agentId: null },
+    toolFamilies,
+  );
   const tool = set.tools[KNOWLEDGE_SEARCH_TOOL] as any;
   return (await tool.execute({ query }, { toolCallId: 'test-call', messages: [] })) as {
     passages: {
@@ -324,7 +327,7 @@ describe('embeddings', () => {
   beforeAll(async () => {
     fake = await startFakeModelServer({ embeddingDimensions: 16 });
     t = await buildTestApp();
-    vectors = await vectorStoreAvailable(t.deps.database, t.app.log);
+    vectors = await t.deps.vectors.available();
   });
   afterAll(async () => {
     await t.close();

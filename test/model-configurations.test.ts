@@ -4,7 +4,7 @@ import { eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../src/app.js';
 import { modelConfigurations } from '../src/db/schema/index.js';
-import { resolveModel } from '../src/llm/resolve-model.js';
+import { resolveModel } from '../src/modules/model-configurations/resolve.js';
 import {
   buildTestApp,
   call,
@@ -137,7 +137,7 @@ describe('model configurations', () => {
     // The stored key is what the provider really sends.
     const principal = { kind: 'organization', keyId: 0, organizationId: org.organizationId, userId: null };
     const resolved = await resolveModel(
-      { db: t.deps.database.db, secrets: t.deps.secrets, principal: { ...principal, role: 'admin' } as any },
+      { db: t.deps.database.db, models: t.deps.models, principal: { ...principal, role: 'admin' } as any },
       id,
     );
     models.enqueue({ text: 'pong' });

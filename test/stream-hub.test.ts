@@ -9,7 +9,7 @@ import {
   type StreamEvent,
   StreamHub,
   type StreamHubOptions,
-} from '../src/modules/streams/stream-hub.js';
+} from '../src/streams/stream-hub.js';
 import { backend, createTestDatabase, type TestDatabase } from './helpers/database.js';
 import { sleep } from './streams-support.js';
 

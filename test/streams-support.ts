@@ -2,7 +2,6 @@
 import os from 'node:os';
 import type { FastifyInstance } from 'fastify';
 import { type Database, openDatabase } from '../src/db/client.js';
-import type { AppDeps } from '../src/http/context.js';
 import { startSibling } from './chats-support.js';
 import type { TestApp } from './helpers/app.js';
 import { backend } from './helpers/database.js';
@@ -24,7 +23,10 @@ export interface SecondProcess {
  * Either way it has its own stream hub and turn runner, so it knows nothing of the first app's
  * streams except what is in the database.
  */
-export async function startSecondProcess(t: TestApp, deps: Partial<AppDeps> = {}): Promise<SecondProcess> {
+export async function startSecondProcess(
+  t: TestApp,
+  deps: Parameters<typeof startSibling>[1] = {},
+): Promise<SecondProcess> {
   let own: Database | null = null;
   if (backend === 'postgres') {
     own = await openDatabase({ databaseUrl: t.testDb.url, dataDir: os.tmpdir(), poolSize: 4 });

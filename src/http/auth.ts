@@ -1,24 +1,10 @@
 import { and, eq, isNull, or, sql } from 'drizzle-orm';
 import type { FastifyRequest } from 'fastify';
+import type { Principal } from '../core/principal.js';
 import type { Database } from '../db/client.js';
 import { apiKeys, organizations, users } from '../db/schema/index.js';
-import { hashKey, type KeyKind } from '../modules/api-keys/secrets.js';
+import { hashKey } from '../modules/api-keys/secrets.js';
 import { ApiError, familyOf, forbidden, unauthorized } from './errors.js';
-
-export type Role = 'admin' | 'member' | 'super_admin';
-
-export interface Principal {
-  kind: KeyKind;
-  keyId: number;
-  organizationId: number | null;
-  userId: number | null;
-  role: Role;
-}
-
-/** A principal acting inside one organization (organization or personal key). */
-export interface OrgPrincipal extends Principal {
-  organizationId: number;
-}
 
 /** Who may call a route: `organization` (default for /api) = organization and personal keys. */
 export type Access = 'public' | 'organization' | 'super_admin';

@@ -1,5 +1,5 @@
 import type { FastifyBaseLogger } from 'fastify';
-import type { AppDeps } from '../http/context.js';
+import type { AppDeps } from '../core/deps.js';
 import { registerDocumentWorker } from '../knowledge/worker.js';
 import {
   ASYNC_ARTIFACT_FAILED_QUEUE,

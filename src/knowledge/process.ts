@@ -6,7 +6,7 @@ import { type Extraction, ExtractionError, reason } from './blocks.js';
 import { chunkBlocks } from './chunk.js';
 import { embeddingModelFor, embedTexts } from './embeddings.js';
 import { extractDocument } from './extract.js';
-import { replaceEmbeddings, vectorStoreAvailable } from './vector-store.js';
+import { replaceEmbeddings, type VectorStore } from './vector-store.js';
 
 /** The durable job that turns an upload into searchable chunks. */
 export const PROCESS_DOCUMENT_JOB = 'document-processing';
@@ -14,6 +14,7 @@ export const PROCESS_DOCUMENT_JOB = 'document-processing';
 export interface ProcessDeps {
   database: Database;
   secrets: SecretBox;
+  vectors: VectorStore;
   log: { info(obj: object, msg: string): void; warn(obj: object, msg: string): void };
 }
 
@@ -118,7 +119,7 @@ async function embedChunks(
   const choice = await embeddingModelFor(deps.database.db, deps.secrets, target.organizationId);
   if (!choice) return null;
   if (!choice.model) return choice.error;
-  if (!(await vectorStoreAvailable(deps.database, deps.log))) {
+  if (!(await deps.vectors.available())) {
     return 'Vector search is unavailable: this PostgreSQL server has no pgvector extension; the document is searchable by full text';
   }
   try {

@@ -3,7 +3,7 @@ import type { SecretBox } from '../crypto/secret-box.js';
 import type { Database } from '../db/client.js';
 import { documentChunks, documents } from '../db/schema/index.js';
 import { embeddingModelFor, embedQuery } from './embeddings.js';
-import { chunkEmbeddings, vectorLiteral, vectorStoreAvailable } from './vector-store.js';
+import { chunkEmbeddings, type VectorStore, vectorLiteral } from './vector-store.js';
 
 export interface Passage {
   document_id: number;
@@ -17,6 +17,7 @@ export interface Passage {
 export interface SearchDeps {
   database: Database;
   secrets: SecretBox;
+  vectors: VectorStore;
   log: { info(obj: object, msg: string): void; warn(obj: object, msg: string): void };
 }
 
@@ -107,7 +108,7 @@ async function fullTextSearch(database: Database, request: SearchRequest, text: 
 async function vectorSearch(deps: SearchDeps, request: SearchRequest): Promise<Ranked[]> {
   const choice = await embeddingModelFor(deps.database.db, deps.secrets, request.organizationId);
   if (!choice?.model) return [];
-  if (!(await vectorStoreAvailable(deps.database, deps.log))) return [];
+  if (!(await deps.vectors.available())) return [];
   let vector: number[];
   try {
     vector = await embedQuery(choice.model, request.query, request.signal);

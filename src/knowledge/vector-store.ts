@@ -40,19 +40,23 @@ interface Logger {
   warn(obj: object, msg: string): void;
 }
 
-const availability = new WeakMap<Database, Promise<boolean>>();
-
 /**
  * Whether vector search works on this database; the first call creates the extension and table
- * (or finds it cannot, and says so once in the log). Later calls reuse the answer.
+ * (or finds it cannot, and says so once in the log). Later calls reuse the answer. One per
+ * process, built by the composition root (src/root.ts).
  */
-export function vectorStoreAvailable(database: Database, log: Logger): Promise<boolean> {
-  let known = availability.get(database);
-  if (!known) {
-    known = setUp(database, log);
-    availability.set(database, known);
+export class VectorStore {
+  private known: Promise<boolean> | null = null;
+
+  constructor(
+    private readonly database: Database,
+    private readonly log: Logger,
+  ) {}
+
+  available(): Promise<boolean> {
+    this.known ??= setUp(this.database, this.log);
+    return this.known;
   }
-  return known;
 }
 
 async function setUp(database: Database, log: Logger): Promise<boolean> {

@@ -4,14 +4,40 @@ import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
 import type { EmbeddingModelV3, LanguageModelV3 } from '@ai-sdk/provider';
 import { BuiltinLanguageModel } from './builtin-model.js';
 
-export type ProviderName = 'openai-compatible' | 'openai' | 'anthropic' | 'builtin';
+export interface ProviderSpec {
+  /** No vendor endpoint to fall back on: a base URL is required. */
+  needsBaseUrl: boolean;
+  /** A model name is required (builtin has just one model). */
+  needsModel: boolean;
+  /** Has an embeddings API, so a configuration may have purpose `embedding`. */
+  embeddings: boolean;
+  /** May be named by LLM_PROVIDER for the bootstrap default model (builtin is the absence of one). */
+  fromEnvironment: boolean;
+}
 
-export const PROVIDER_NAMES: readonly ProviderName[] = [
-  'openai-compatible',
-  'openai',
-  'anthropic',
-  'builtin',
-];
+/**
+ * What each provider needs and supports: the one table read by config parsing (LLM_PROVIDER), the
+ * request schema's enum, the model configuration checks and the model factories below.
+ */
+export const PROVIDERS = {
+  'openai-compatible': { needsBaseUrl: true, needsModel: true, embeddings: true, fromEnvironment: true },
+  openai: { needsBaseUrl: false, needsModel: true, embeddings: true, fromEnvironment: true },
+  anthropic: { needsBaseUrl: false, needsModel: true, embeddings: false, fromEnvironment: true },
+  builtin: { needsBaseUrl: false, needsModel: false, embeddings: false, fromEnvironment: false },
+} as const satisfies Record<string, ProviderSpec>;
+
+export type ProviderName = keyof typeof PROVIDERS;
+
+export const PROVIDER_NAMES = Object.keys(PROVIDERS) as ProviderName[];
+
+/** Providers LLM_PROVIDER may name. */
+export type EnvironmentProvider = {
+  [P in ProviderName]: (typeof PROVIDERS)[P]['fromEnvironment'] extends true ? P : never;
+}[ProviderName];
+
+export const ENVIRONMENT_PROVIDERS = PROVIDER_NAMES.filter(
+  (name): name is EnvironmentProvider => PROVIDERS[name].fromEnvironment,
+);
 
 export interface ModelSettings {
   provider: ProviderName;
@@ -49,14 +75,12 @@ export function createLanguageModel(settings: ModelSettings): LanguageModelV3 {
 
 /** Null when the provider has no embeddings API (Anthropic) or no real model (builtin). */
 export function createEmbeddingModel(settings: ModelSettings): EmbeddingModelV3 | null {
+  if (isProviderName(settings.provider) && !PROVIDERS[settings.provider].embeddings) return null;
   switch (settings.provider) {
     case 'openai-compatible':
       return openAICompatibleProvider(settings).embeddingModel(requireModel(settings));
     case 'openai':
       return openAIProvider(settings).embedding(requireModel(settings));
-    case 'anthropic':
-    case 'builtin':
-      return null;
     default:
       throw new ProviderConfigurationError(`Unknown model provider: ${String(settings.provider)}`);
   }

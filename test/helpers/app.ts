@@ -1,19 +1,20 @@
 import { mkdtempSync } from 'node:fs';
 import path from 'node:path';
 import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify';
+import { pino } from 'pino';
 import { expect, inject } from 'vitest';
 import { buildApp } from '../../src/app.js';
 import { loadConfig } from '../../src/config.js';
 import { createSecretBox } from '../../src/crypto/secret-box.js';
-import type { AppDeps } from '../../src/http/context.js';
-import { createJobQueue } from '../../src/jobs/queue.js';
 import { registerWorkers } from '../../src/jobs/workers.js';
 import { type BootstrapResult, bootstrap } from '../../src/modules/bootstrap/service.js';
+import { createRoot, type Root, type RootOptions } from '../../src/root.js';
 import { createTestDatabase, type TestDatabase } from './database.js';
 
 export interface TestApp {
   app: FastifyInstance;
-  deps: AppDeps;
+  /** The app's resources (the composition root); tests may change `toolFamilies` between requests. */
+  deps: Root;
   testDb: TestDatabase;
   /** The bootstrap organization: its keys and ids. */
   boot: BootstrapResult;
@@ -37,24 +38,39 @@ export function testEnv(overrides: Record<string, string> = {}): Record<string, 
 
 const bootstrapped = new WeakMap<TestDatabase, BootstrapResult>();
 
+/** A silent logger for the resources (DEBUG_LOG=1 shows errors). */
+export const testLog = () => pino({ level: process.env.DEBUG_LOG ? 'error' : 'silent' });
+
+/**
+ * The composition root of a test app: the test's database and secret, short job polling, and
+ * whatever the test sets explicitly (tool families, turn and stream hub timings).
+ */
+export function createTestRoot(
+  config: ReturnType<typeof loadConfig>,
+  options: RootOptions & Pick<Required<RootOptions>, 'database'>,
+): Promise<Root> {
+  return createRoot(config, {
+    log: testLog(),
+    secrets: createSecretBox(TEST_SECRET),
+    // Short polling so background jobs start quickly; stopping waits little for running handlers.
+    jobOptions: { pollingIntervalSeconds: 0.5, stopTimeoutMs: 2000 },
+    ...options,
+  });
+}
+
 /** The real app on its own migrated database, bootstrapped, ready for `inject`. */
 export async function buildTestApp(
   env: Record<string, string> = {},
   testDb?: TestDatabase,
+  rootOptions: Omit<RootOptions, 'database'> = {},
 ): Promise<TestApp> {
   const config = loadConfig(testEnv(env));
   const db = testDb ?? (await createTestDatabase());
-  // Short polling so background jobs start quickly; stopping waits little for running handlers.
-  const jobs = await createJobQueue(db.database, {
-    pollingIntervalSeconds: 0.5,
-    stopTimeoutMs: 2000,
-    onError: () => {},
-  });
-  const deps: AppDeps = { config, database: db.database, secrets: createSecretBox(TEST_SECRET), jobs };
+  const deps = await createTestRoot(config, { ...rootOptions, database: db.database });
   const app = await buildApp(deps, { logger: process.env.DEBUG_LOG ? { level: 'error' } : false });
   await app.ready();
   await registerWorkers(deps, app.log, { outboxIntervalMs: 200 });
-  await jobs.start();
+  await deps.jobs.start();
   // A database reused by a second app (a restart) keeps the keys of its first bootstrap.
   const boot = (testDb && bootstrapped.get(testDb)) || (await bootstrap(db.database, deps));
   bootstrapped.set(db, boot);
@@ -66,7 +82,7 @@ export async function buildTestApp(
     baseUrl: '',
     async close() {
       await app.close();
-      await jobs.stop();
+      await deps.close();
       if (!testDb) await db.drop();
     },
   };
@@ -76,8 +92,9 @@ export async function buildTestApp(
 export async function startTestServer(
   env: Record<string, string> = {},
   testDb?: TestDatabase,
+  rootOptions: Omit<RootOptions, 'database'> = {},
 ): Promise<TestApp> {
-  const t = await buildTestApp(env, testDb);
+  const t = await buildTestApp(env, testDb, rootOptions);
   const address = await t.app.listen({ port: 0, host: '127.0.0.1' });
   t.baseUrl = address;
   return t;

@@ -58,3 +58,4 @@ export const artifacts = pgTable(
     index('artifacts_project_idx').on(t.projectId),
   ],
 );
+export type ArtifactRow = typeof artifacts.$inferSelect;

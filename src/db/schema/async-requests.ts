@@ -1,5 +1,5 @@
 import { index, integer, jsonb, pgTable, text, uuid } from 'drizzle-orm/pg-core';
-import type { Principal } from '../../http/auth.js';
+import type { Principal } from '../../core/principal.js';
 import { artifacts } from './artifacts.js';
 import { timestamps } from './columns.js';
 import { organizations, projects } from './core.js';
@@ -39,3 +39,4 @@ export const asyncRequests = pgTable(
   },
   (t) => [index('async_requests_org_idx').on(t.organizationId)],
 );
+export type AsyncRequestRow = typeof asyncRequests.$inferSelect;

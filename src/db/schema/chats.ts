@@ -38,6 +38,7 @@ export const chats = pgTable(
     index('chats_org_project_idx').on(t.organizationId, t.projectId),
   ],
 );
+export type ChatRow = typeof chats.$inferSelect;
 
 export type ChatMessageStatus = 'generating' | 'completed' | 'failed' | 'cancelled';
 
@@ -75,6 +76,7 @@ export const chatMessages = pgTable(
   },
   (t) => [index('chat_messages_chat_idx').on(t.chatId, t.id)],
 );
+export type MessageRow = typeof chatMessages.$inferSelect;
 
 export type ToolExecutionStatus = 'completed' | 'failed';
 
@@ -103,6 +105,7 @@ export const toolExecutions = pgTable(
   },
   (t) => [index('tool_executions_message_idx').on(t.messageId, t.id)],
 );
+export type ToolExecutionRow = typeof toolExecutions.$inferSelect;
 
 export type ChatTurnStatus = 'running' | 'completed' | 'failed' | 'cancelled' | 'expired';
 
@@ -137,3 +140,4 @@ export const chatTurns = pgTable(
     index('chat_turns_chat_idx').on(t.chatId, t.id),
   ],
 );
+export type ChatTurnRow = typeof chatTurns.$inferSelect;

@@ -24,6 +24,7 @@ export const organizations = pgTable('organizations', {
   deactivatedAt: tstz('deactivated_at'),
   ...timestamps,
 });
+export type OrganizationRow = typeof organizations.$inferSelect;
 
 export const users = pgTable(
   'users',
@@ -44,6 +45,7 @@ export const users = pgTable(
       .where(sql`${t.deletedAt} is null`),
   ],
 );
+export type UserRow = typeof users.$inferSelect;
 
 export const groups = pgTable(
   'groups',
@@ -62,6 +64,7 @@ export const groups = pgTable(
     index('groups_org_idx').on(t.organizationId),
   ],
 );
+export type GroupRow = typeof groups.$inferSelect;
 
 export const groupMembers = pgTable(
   'group_members',
@@ -93,6 +96,7 @@ export const apiKeys = pgTable(
   },
   (t) => [index('api_keys_org_idx').on(t.organizationId)],
 );
+export type ApiKeyRow = typeof apiKeys.$inferSelect;
 
 export const modelConfigurations = pgTable(
   'model_configurations',
@@ -129,6 +133,7 @@ export const modelConfigurations = pgTable(
   },
   (t) => [index('model_configurations_org_idx').on(t.organizationId)],
 );
+export type ModelConfigurationRow = typeof modelConfigurations.$inferSelect;
 
 export const projects = pgTable(
   'projects',
@@ -145,6 +150,7 @@ export const projects = pgTable(
   },
   (t) => [index('projects_org_idx').on(t.organizationId)],
 );
+export type ProjectRow = typeof projects.$inferSelect;
 
 export const projectGroups = pgTable(
   'project_groups',

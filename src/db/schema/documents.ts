@@ -43,6 +43,7 @@ export const documents = pgTable(
     index('documents_org_sha_idx').on(t.organizationId, t.sha256),
   ],
 );
+export type DocumentRow = typeof documents.$inferSelect;
 
 /** The uploaded bytes, apart from the row so listing documents never reads them. */
 export const documentContents = pgTable('document_contents', {

@@ -16,6 +16,7 @@ export const categories = pgTable(
   },
   (t) => [index('categories_org_idx').on(t.organizationId)],
 );
+export type CategoryRow = typeof categories.$inferSelect;
 
 export const categoryGroups = pgTable(
   'category_groups',
@@ -69,6 +70,7 @@ export const artifactTypes = pgTable(
       .where(sql`${t.deletedAt} is null`),
   ],
 );
+export type ArtifactTypeRow = typeof artifactTypes.$inferSelect;
 
 export interface CustomVariable {
   name: string;
@@ -97,6 +99,7 @@ export const skills = pgTable(
     uniqueIndex('skills_org_slug_unique').on(t.organizationId, t.slug).where(sql`${t.deletedAt} is null`),
   ],
 );
+export type SkillRow = typeof skills.$inferSelect;
 
 export const skillArtifactTypes = pgTable(
   'skill_artifact_types',
@@ -134,6 +137,7 @@ export const agents = pgTable(
   },
   (t) => [index('agents_org_idx').on(t.organizationId)],
 );
+export type AgentRow = typeof agents.$inferSelect;
 
 export const agentSkills = pgTable(
   'agent_skills',
@@ -182,6 +186,7 @@ export const projectWebhooks = pgTable(
   },
   (t) => [index('project_webhooks_project_idx').on(t.projectId)],
 );
+export type ProjectWebhookRow = typeof projectWebhooks.$inferSelect;
 
 /**
  * The outbox: one row per event, written in the same transaction as the change it reports, so

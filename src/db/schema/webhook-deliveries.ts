@@ -56,3 +56,4 @@ export const webhookDeliveries = pgTable(
     index('webhook_deliveries_leased_idx').on(t.webhookId).where(sql`${t.leasedUntil} is not null`),
   ],
 );
+export type WebhookDeliveryRow = typeof webhookDeliveries.$inferSelect;

@@ -19,7 +19,7 @@ const inputsSchema = z
  * `create_artifact` and `refine_artifact` for chat turns (spec 1): the assistant writes documents
  * mid-conversation with the same generation code as the API; the artifact records the turn's chat.
  */
-export const artifactTools: ToolFamily = async (scope) => {
+export const artifactTools: ToolFamily = async (scope, families) => {
   const catalog = await describeCatalog(scope);
   return {
     tools: {
@@ -46,7 +46,7 @@ export const artifactTools: ToolFamily = async (scope) => {
               name: args.name ?? null,
               chatId: scope.chatId,
             },
-            { signal: abortSignal ?? scope.signal },
+            { families, signal: abortSignal ?? scope.signal },
           );
           return toolResult(scope, result.artifact);
         },
@@ -62,7 +62,7 @@ export const artifactTools: ToolFamily = async (scope) => {
           const result = await refineArtifact(
             scope.ctx,
             { artifactTypeSlug: null, artifactId: args.artifact_id, refinePrompt: args.refine_prompt },
-            { signal: abortSignal ?? scope.signal },
+            { families, signal: abortSignal ?? scope.signal },
           );
           return toolResult(scope, result.artifact);
         },

@@ -3,7 +3,6 @@ import { type JSONSchema7, jsonSchema, type Tool, tool } from 'ai';
 import type { IntegrationRow } from '../../db/schema/index.js';
 import { type McpPool, type McpServerConfig, type McpTool, secretsOf } from '../../mcp/client-pool.js';
 import { describeMcpError, McpToolError } from '../../mcp/errors.js';
-import { mcpPoolFor } from '../../mcp/pools.js';
 import {
   errorTextOf,
   type IntegrationToolResult,
@@ -22,7 +21,7 @@ const MAX_DESCRIPTION = 1024;
  */
 export const integrationTools: ToolFamily = async (scope) => {
   const { ctx } = scope;
-  const pool = mcpPoolFor(ctx);
+  const pool = ctx.mcp;
   const rows = await integrationsForProject(ctx, scope.projectId);
   const configs = rows.map((row) => serverConfigOf(ctx, row));
   const listed = await Promise.allSettled(

@@ -1,6 +1,6 @@
 import { tool } from 'ai';
 import { z } from 'zod';
-import { DEFAULT_PASSAGES, searchKnowledge } from '../../knowledge/knowledge.js';
+import { DEFAULT_PASSAGES, searchKnowledge } from '../../knowledge/project-search.js';
 import { KNOWLEDGE_SEARCH_TOOL } from '../builtin-model.js';
 import type { ToolFamily } from './registry.js';
 

@@ -1,6 +1,6 @@
 import type { Tool } from 'ai';
+import type { ServiceContext } from '../../core/context.js';
 import type { AgentTool } from '../../db/schema/index.js';
-import type { ServiceContext } from '../../http/context.js';
 
 /** Where tools run: the chat turn or artifact generation they serve. */
 export interface ToolScope {
@@ -19,8 +19,11 @@ export interface ToolSet {
   notes: string[];
 }
 
-/** One family of tools (spec 1: knowledge, artifacts, skills, connected integrations). */
-export type ToolFamily = (scope: ToolScope) => Promise<ToolSet>;
+/**
+ * One family of tools (spec 1: knowledge, artifacts, skills, connected integrations). `families`
+ * are those the caller draws from, for tools that run work needing tools themselves (artifacts).
+ */
+export type ToolFamily = (scope: ToolScope, families: ToolFamilies) => Promise<ToolSet>;
 
 export type ToolFamilies = Partial<Record<AgentTool, ToolFamily>>;
 
@@ -35,7 +38,7 @@ export async function collectTools(
     const family = families[name];
     if (!family) continue;
     try {
-      const set = await family(scope);
+      const set = await family(scope, families);
       Object.assign(result.tools, set.tools);
       result.notes.push(...set.notes);
     } catch (err) {

@@ -1,5 +1,4 @@
-import type { InferSelectModel } from 'drizzle-orm';
-import type { agents } from '../../db/schema/index.js';
+import type { AgentRow } from '../../db/schema/index.js';
 import { formatTimestamp } from '../../http/timestamps.js';
 import type { Agent } from './schemas.js';
 
@@ -8,7 +7,7 @@ export interface AgentLinks {
   groupIds: number[];
 }
 
-export const presentAgent = (row: InferSelectModel<typeof agents>, links: AgentLinks): Agent => ({
+export const presentAgent = (row: AgentRow, links: AgentLinks): Agent => ({
   id: row.id,
   name: row.name,
   instructions: row.instructions,

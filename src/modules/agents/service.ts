@@ -1,18 +1,16 @@
 import { and, count, eq, sql } from 'drizzle-orm';
+import type { ServiceContext } from '../../core/context.js';
 import type { Queryable } from '../../db/client.js';
-import { type AgentTool, agentGroups, agentSkills, agents } from '../../db/schema/index.js';
-import type { ServiceContext } from '../../http/context.js';
+import { type AgentRow, type AgentTool, agentGroups, agentSkills, agents } from '../../db/schema/index.js';
 import { notFound, unprocessable } from '../../http/errors.js';
 import { offsetOf, type PageQuery } from '../../http/pagination.js';
-import { requireAdmin } from '../../http/policies.js';
+import { agentVisibleTo } from '../../policies/agents.js';
+import { requireAdmin } from '../../policies/roles.js';
 import { checkGroupIds, lockGroupAssignments } from '../groups/references.js';
 import { linkedIds, replaceLinks } from '../link-tables.js';
-import { checkChatModelConfigurationId } from '../model-configurations/references.js';
+import { chatModelConfiguration, fieldRefusal } from '../model-configurations/resolve.js';
 import { checkSkillIds } from '../skills/references.js';
-import { agentVisibleTo } from './access.js';
 import { AGENT_TOOLS, type CreateAgentBody, type UpdateAgentBody } from './schemas.js';
-
-type AgentRow = typeof agents.$inferSelect;
 
 async function linksOf(db: Queryable, ids: number[]) {
   const [skillIds, groupIds] = await Promise.all([
@@ -68,7 +66,7 @@ function checkTools(tools: string[]): AgentTool[] {
 async function checkReferences(tx: Queryable, orgId: number, body: UpdateAgentBody) {
   const tools = body.tools === undefined ? undefined : checkTools(body.tools);
   if (body.model_configuration_id !== undefined && body.model_configuration_id !== null) {
-    await checkChatModelConfigurationId(tx, orgId, body.model_configuration_id);
+    await chatModelConfiguration(tx, orgId, body.model_configuration_id, fieldRefusal());
   }
   const skillIds = body.skill_ids === undefined ? undefined : await checkSkillIds(tx, orgId, body.skill_ids);
   const groupIds = body.group_ids === undefined ? undefined : await checkGroupIds(tx, orgId, body.group_ids);

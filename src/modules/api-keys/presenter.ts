@@ -1,9 +1,8 @@
-import type { InferSelectModel } from 'drizzle-orm';
-import type { apiKeys } from '../../db/schema/index.js';
+import type { ApiKeyRow } from '../../db/schema/index.js';
 import { formatTimestamp } from '../../http/timestamps.js';
 import type { ApiKey } from './schemas.js';
 
-export const presentApiKey = (row: InferSelectModel<typeof apiKeys>): ApiKey => ({
+export const presentApiKey = (row: ApiKeyRow): ApiKey => ({
   id: row.id,
   kind: row.kind,
   name: row.name,

@@ -1,10 +1,10 @@
 import { and, count, desc, eq, isNull, sql } from 'drizzle-orm';
+import type { ServiceContext } from '../../core/context.js';
 import type { Queryable } from '../../db/client.js';
 import { apiKeys, users } from '../../db/schema/index.js';
-import type { ServiceContext } from '../../http/context.js';
 import { notFound, unprocessable } from '../../http/errors.js';
 import { offsetOf, type PageQuery } from '../../http/pagination.js';
-import { requireAdmin } from '../../http/policies.js';
+import { requireAdmin } from '../../policies/roles.js';
 import type { CreateApiKeyBody } from './schemas.js';
 import { type KeyKind, newKeySecret } from './secrets.js';
 

@@ -1,9 +1,8 @@
-import type { InferSelectModel } from 'drizzle-orm';
-import type { artifactTypes } from '../../db/schema/index.js';
+import type { ArtifactTypeRow } from '../../db/schema/index.js';
 import { formatTimestamp } from '../../http/timestamps.js';
 import type { ArtifactType } from './schemas.js';
 
-export const presentArtifactType = (row: InferSelectModel<typeof artifactTypes>): ArtifactType => ({
+export const presentArtifactType = (row: ArtifactTypeRow): ArtifactType => ({
   id: row.id,
   slug: row.slug,
   name: row.name,

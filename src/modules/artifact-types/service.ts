@@ -1,15 +1,13 @@
 import { and, count, eq, isNull, like, or, sql } from 'drizzle-orm';
+import type { ServiceContext } from '../../core/context.js';
 import type { Queryable } from '../../db/client.js';
-import { artifactTypes, skillArtifactTypes } from '../../db/schema/index.js';
-import type { ServiceContext } from '../../http/context.js';
+import { type ArtifactTypeRow, artifactTypes, skillArtifactTypes } from '../../db/schema/index.js';
 import { notFound } from '../../http/errors.js';
 import { offsetOf, type PageQuery } from '../../http/pagination.js';
-import { requireAdmin } from '../../http/policies.js';
+import { requireAdmin } from '../../policies/roles.js';
 import { checkCategoryIds } from '../categories/references.js';
 import { firstFreeSlug, retryOnSlugClash, slugOf, suffixedPattern } from '../slugs.js';
 import type { CreateArtifactTypeBody, UpdateArtifactTypeBody } from './schemas.js';
-
-export type ArtifactTypeRow = typeof artifactTypes.$inferSelect;
 
 const live = (organizationId: number) =>
   and(eq(artifactTypes.organizationId, organizationId), isNull(artifactTypes.deletedAt))!;

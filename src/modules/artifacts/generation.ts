@@ -1,24 +1,28 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { ModelMessage } from 'ai';
 import { eq, sql } from 'drizzle-orm';
+import type { ServiceContext } from '../../core/context.js';
 import type { Queryable } from '../../db/client.js';
-import { artifacts, artifactTypes, type ChatHistoryEntry } from '../../db/schema/index.js';
-import type { ServiceContext } from '../../http/context.js';
+import {
+  type ArtifactTypeRow,
+  artifacts,
+  artifactTypes,
+  type ChatHistoryEntry,
+  type ProjectRow,
+  type SkillRow,
+} from '../../db/schema/index.js';
 import { ApiError, unprocessable } from '../../http/errors.js';
 import { recordEvent } from '../../jobs/outbox.js';
-import { type ResolvedModel, resolveModel } from '../../llm/resolve-model.js';
-import { toolFamilies } from '../../llm/tools/index.js';
 import { collectTools, type ToolFamilies } from '../../llm/tools/registry.js';
 import { chargeUsage, costOf, ensureCredits, type Usage } from '../credits/service.js';
-import type { ProjectRow } from '../projects/access.js';
+
+import { type ResolvedModel, resolveModel } from '../model-configurations/resolve.js';
 import {
   type ArtifactRecord,
-  type ArtifactTypeRow,
   findArtifact,
   findArtifactType,
   findSkillOfType,
   findWritableProject,
-  type SkillRow,
 } from './lookup.js';
 import { runModel } from './model-run.js';
 import {
@@ -60,8 +64,8 @@ export interface RunOptions {
   /** Each text delta as the model writes it; the saved content is their concatenation. */
   onChunk?: (text: string) => void;
   signal?: AbortSignal;
-  /** The tool families to draw from (tests pass their own); default: the service's registry. */
-  families?: ToolFamilies;
+  /** The tool families to draw from: the process's (AppDeps), or a calling tool's. */
+  families: ToolFamilies;
 }
 
 export interface ArtifactUsage {
@@ -119,7 +123,7 @@ export async function prepareGeneration(
 export async function generateArtifact(
   ctx: ServiceContext,
   input: GenerateArtifactInput,
-  options: RunOptions = {},
+  options: RunOptions,
 ): Promise<ArtifactResult> {
   return runGeneration(ctx, await prepareGeneration(ctx, input), options);
 }
@@ -128,10 +132,10 @@ export async function generateArtifact(
 export async function runGeneration(
   ctx: ServiceContext,
   prepared: PreparedGeneration,
-  options: RunOptions = {},
+  options: RunOptions,
 ): Promise<ArtifactResult> {
   const { input, artifactType, project, skill, prompt, resolved } = prepared;
-  const toolSet = await collectTools(options.families ?? toolFamilies, [...GENERATION_TOOLS], {
+  const toolSet = await collectTools(options.families, [...GENERATION_TOOLS], {
     ctx,
     projectId: project.id,
     chatId: input.chatId ?? null,
@@ -217,7 +221,7 @@ export async function prepareRefinement(
 export async function refineArtifact(
   ctx: ServiceContext,
   input: RefineArtifactInput,
-  options: RunOptions = {},
+  options: RunOptions,
 ): Promise<ArtifactResult> {
   return runRefinement(ctx, await prepareRefinement(ctx, input), options);
 }
@@ -229,10 +233,10 @@ export async function refineArtifact(
 export async function runRefinement(
   ctx: ServiceContext,
   prepared: PreparedRefinement,
-  options: RunOptions = {},
+  options: RunOptions,
 ): Promise<ArtifactResult> {
   const { input, artifact, artifactType, project, resolved } = prepared;
-  const toolSet = await collectTools(options.families ?? toolFamilies, [...GENERATION_TOOLS], {
+  const toolSet = await collectTools(options.families, [...GENERATION_TOOLS], {
     ctx,
     projectId: project.id,
     chatId: artifact.chatId,
@@ -303,21 +307,13 @@ export async function runRefinement(
   };
 }
 
-/** The requested model, else the one that wrote the artifact (if it still exists), else the default. */
-async function refinementModel(
+/** The requested model, else the one that wrote the artifact (if it is still a usable chat model), else the default. */
+function refinementModel(
   ctx: ServiceContext,
   requested: number | null,
   artifact: ArtifactRecord,
 ): Promise<ResolvedModel> {
-  if (requested !== null) return resolveModel(ctx, requested);
-  if (artifact.modelConfigurationId !== null) {
-    try {
-      return await resolveModel(ctx, artifact.modelConfigurationId);
-    } catch (error) {
-      if (!(error instanceof ApiError && error.status === 404)) throw error;
-    }
-  }
-  return resolveModel(ctx, null);
+  return resolveModel(ctx, requested, [artifact.modelConfigurationId]);
 }
 
 async function charge(

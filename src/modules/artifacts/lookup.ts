@@ -1,13 +1,19 @@
 import { and, eq, isNull } from 'drizzle-orm';
+import type { OrgPrincipal } from '../../core/principal.js';
 import type { Queryable } from '../../db/client.js';
-import { artifacts, artifactTypes, projects, skillArtifactTypes, skills } from '../../db/schema/index.js';
-import type { OrgPrincipal } from '../../http/auth.js';
+import {
+  type ArtifactRow,
+  type ArtifactTypeRow,
+  artifacts,
+  artifactTypes,
+  type ProjectRow,
+  projects,
+  type SkillRow,
+  skillArtifactTypes,
+  skills,
+} from '../../db/schema/index.js';
 import { notFound, unprocessable } from '../../http/errors.js';
-import { findProjectFor, type ProjectRow, projectVisibleTo } from '../projects/access.js';
-
-export type ArtifactTypeRow = typeof artifactTypes.$inferSelect;
-export type SkillRow = typeof skills.$inferSelect;
-export type ArtifactRow = typeof artifacts.$inferSelect;
+import { findProjectFor, projectVisibleTo } from '../../policies/projects.js';
 
 /** An artifact with the slug of its type, as every response shows it. */
 export interface ArtifactRecord extends ArtifactRow {

@@ -3,15 +3,22 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { contextOf } from '../../http/context.js';
-import { ApiError, badRequest, errorBody, toApiError, unprocessable } from '../../http/errors.js';
+import { ApiError, badRequest, toApiError, unprocessable } from '../../http/errors.js';
 import { setIdempotentStream } from '../../http/idempotency.js';
 import { Message, V1Error, v1Responses } from '../../http/schemas.js';
 import { SseStream } from '../../http/sse.js';
+import {
+  type ArtifactEvent,
+  ArtifactStreamEvents,
+  artifactDone,
+  artifactError,
+  eventList,
+} from '../../streams/protocol.js';
+import { StreamPublisher } from '../../streams/publisher.js';
+import { relayStream } from '../../streams/sse-relay.js';
+import type { StreamHub } from '../../streams/stream-hub.js';
 import { AsyncAcceptedResponse } from '../async-requests/schemas.js';
 import { acceptGeneration, acceptRefinement } from '../async-requests/service.js';
-import { streamHubOf } from '../streams/app-hub.js';
-import { relayStream } from '../streams/sse-relay.js';
-import type { StreamHub } from '../streams/stream-hub.js';
 import {
   type ArtifactResult,
   type GenerateArtifactInput,
@@ -40,8 +47,7 @@ import { deleteArtifact, getArtifact, updateArtifact } from './service.js';
 const tags = ['Artifacts'];
 const streamResponse = {
   200: {
-    description:
-      'text/event-stream: `chunk` {content, done: false} events, then `done` {artifact_id, done: true}; a failure after the stream opened is an `error` event with the v1 error object. Every event has an `id:` line (its sequence number); a repeat of the request with the same `Idempotency-Key` and body reattaches to the same stream from its start instead of generating again.',
+    description: `text/event-stream with the events ${eventList(ArtifactStreamEvents)}: \`chunk\` {content, done: false} events, then \`done\` {artifact_id, done: true}; a failure after the stream opened is an \`error\` event with the v1 error object. Every event has an \`id:\` line (its sequence number); a repeat of the request with the same \`Idempotency-Key\` and body reattaches to the same stream from its start instead of generating again.`,
     content: { 'text/event-stream': { schema: { type: 'string' } } },
   },
 };
@@ -101,37 +107,33 @@ async function streamWork(
   hub: StreamHub,
   work: (onChunk: (text: string) => void) => Promise<ArtifactResult>,
 ) {
-  const key = `artifact-stream:${randomUUID()}`;
-  hub.open(key);
+  const publisher = new StreamPublisher<ArtifactEvent>(hub, `artifact-stream:${randomUUID()}`);
+  const { key } = publisher;
   const relayed = relayStream(new SseStream(reply), (listener) => hub.subscribe(key, 0, listener), {
     lostEvent,
   });
   const recorded = setIdempotentStream(request, key).catch((err) =>
     request.log.error({ err }, 'could not record the stream of an idempotent request'),
   );
-  let sequence = 0;
   try {
     const result = await work((content) => {
-      void hub.publish(key, ++sequence, 'chunk', { content, done: false });
+      void publisher.publish({ name: 'chunk', data: { content, done: false } });
     });
-    await hub.publish(key, ++sequence, 'done', { artifact_id: result.artifact.id, done: true });
+    await publisher.publish(artifactDone(result.artifact.id));
   } catch (error) {
     const apiError = toApiError('v1', error);
     if (apiError.status >= 500) request.log.error({ err: error }, 'artifact stream failed');
-    await hub.publish(key, ++sequence, 'error', errorBody('v1', apiError));
+    await publisher.publish(artifactError(apiError));
   }
   await relayed;
   await recorded;
 }
 
 /** The `error` event of a stream whose process stopped before its end. */
-const lostEvent = () => ({
-  name: 'error',
-  data: errorBody(
-    'v1',
+const lostEvent = () =>
+  artifactError(
     new ApiError(500, 'stream_interrupted', 'The generation was interrupted: the server running it stopped'),
-  ),
-});
+  );
 
 /** A repeat of a streaming request (same Idempotency-Key and body): its first stream again, from the start. */
 function reattach(reply: FastifyReply, hub: StreamHub, key: string) {
@@ -139,7 +141,8 @@ function reattach(reply: FastifyReply, hub: StreamHub, key: string) {
 }
 
 export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
-  const hub = streamHubOf(app);
+  const { deps } = app;
+  const hub = deps.streams;
   const present = (result: ArtifactResult) => {
     const artifact = presentArtifact(app.deps.config, result.artifact);
     return { artifact, url: artifact.url, usage: presentUsage(result.usage) };
@@ -168,7 +171,7 @@ export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
       // Fire-and-forget (spec 4.2): the same checks, then the request and its job are stored; 200.
       if (request.body.fire_and_forget === true) return acceptGeneration(ctx, app.deps.jobs, input);
       const prepared = await prepareGeneration(ctx, input);
-      const result = await runGeneration(ctx, prepared, { families: app.deps.toolFamilies });
+      const result = await runGeneration(ctx, prepared, { families: deps.toolFamilies });
       reply.status(201);
       return present(result);
     },
@@ -195,7 +198,7 @@ export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
       );
       // A client that leaves does not stop the work: the artifact is saved and `artifact_generated` recorded.
       await streamWork(request, reply, hub, (onChunk) =>
-        runGeneration(ctx, prepared, { onChunk, families: app.deps.toolFamilies }),
+        runGeneration(ctx, prepared, { onChunk, families: deps.toolFamilies }),
       );
     },
   );
@@ -220,7 +223,7 @@ export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const input = refineInput(request.params, request.body);
       if (request.body.fire_and_forget === true) return acceptRefinement(ctx, app.deps.jobs, input);
       const prepared = await prepareRefinement(ctx, input);
-      return present(await runRefinement(ctx, prepared, { families: app.deps.toolFamilies }));
+      return present(await runRefinement(ctx, prepared, { families: deps.toolFamilies }));
     },
   );
 
@@ -240,7 +243,7 @@ export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
       if (request.idempotencyStream) return reattach(reply, hub, request.idempotencyStream);
       const prepared = await prepareRefinement(ctx, refineInput(request.params, request.body));
       await streamWork(request, reply, hub, (onChunk) =>
-        runRefinement(ctx, prepared, { onChunk, families: app.deps.toolFamilies }),
+        runRefinement(ctx, prepared, { onChunk, families: deps.toolFamilies }),
       );
     },
   );

@@ -1,6 +1,6 @@
 import { eq, sql } from 'drizzle-orm';
+import type { ServiceContext } from '../../core/context.js';
 import { artifacts } from '../../db/schema/index.js';
-import type { ServiceContext } from '../../http/context.js';
 import { unprocessable } from '../../http/errors.js';
 import { type ArtifactRecord, findArtifact } from './lookup.js';
 

@@ -1,9 +1,8 @@
-import type { InferSelectModel } from 'drizzle-orm';
-import type { asyncRequests } from '../../db/schema/index.js';
+import type { AsyncRequestRow } from '../../db/schema/index.js';
 import { formatTimestamp } from '../../http/timestamps.js';
 import type { AsyncRequest } from './schemas.js';
 
-export const presentAsyncRequest = (row: InferSelectModel<typeof asyncRequests>): AsyncRequest => ({
+export const presentAsyncRequest = (row: AsyncRequestRow): AsyncRequest => ({
   id: row.id,
   status: row.status,
   artifact_id: row.artifactId,

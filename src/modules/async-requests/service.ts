@@ -1,10 +1,17 @@
 import { randomUUID } from 'node:crypto';
 import { and, eq, inArray, sql } from 'drizzle-orm';
 import type { FastifyBaseLogger } from 'fastify';
-import { type AsyncRequestKind, asyncRequests, webhookEvents } from '../../db/schema/index.js';
-import type { AppDeps, ServiceContext } from '../../http/context.js';
+import { type ServiceContext, serviceContext } from '../../core/context.js';
+import type { AppDeps } from '../../core/deps.js';
+import {
+  type AsyncRequestKind,
+  type AsyncRequestRow,
+  asyncRequests,
+  webhookEvents,
+} from '../../db/schema/index.js';
 import { conflict, notFound, toApiError } from '../../http/errors.js';
 import { recordEvent } from '../../jobs/outbox.js';
+import { findProjectFor } from '../../policies/projects.js';
 import {
   type GenerateArtifactInput,
   prepareGeneration,
@@ -13,7 +20,6 @@ import {
   runGeneration,
   runRefinement,
 } from '../artifacts/generation.js';
-import { findProjectFor } from '../projects/access.js';
 import type { AsyncAcceptedResponse } from './schemas.js';
 
 export const ASYNC_ARTIFACT_QUEUE = 'artifacts-async';
@@ -23,8 +29,6 @@ export const ASYNC_ARTIFACT_FAILED_QUEUE = 'artifacts-async-failed';
 export interface AsyncArtifactJob {
   requestId: string;
 }
-
-type AsyncRequestRow = typeof asyncRequests.$inferSelect;
 
 const OUTCOME: Record<AsyncRequestKind, { status: 'generated' | 'refined'; event: string }> = {
   generate: { status: 'generated', event: 'artifact_generated' },
@@ -229,14 +233,11 @@ async function acceptedRequest(deps: AppDeps, requestId: string) {
 export async function runAsyncRequest(deps: AppDeps, requestId: string, log: FastifyBaseLogger) {
   const row = await acceptedRequest(deps, requestId);
   if (!row || (await settleFromOutbox(deps, row))) return;
-  const ctx: ServiceContext = {
-    db: deps.database.db,
-    database: deps.database,
-    config: deps.config,
-    secrets: deps.secrets,
-    principal: { ...row.principal, organizationId: row.organizationId },
-    log: log.child({ asyncRequestId: row.id }),
-  };
+  const ctx = serviceContext(
+    deps,
+    { ...row.principal, organizationId: row.organizationId },
+    log.child({ asyncRequestId: row.id }),
+  );
   const controller = new AbortController();
   const stopWatching = watchForCancel(deps, row.id, controller);
   const options = { families: deps.toolFamilies, signal: controller.signal };

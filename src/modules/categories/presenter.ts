@@ -1,9 +1,8 @@
-import type { InferSelectModel } from 'drizzle-orm';
-import type { categories } from '../../db/schema/index.js';
+import type { CategoryRow } from '../../db/schema/index.js';
 import { formatTimestamp } from '../../http/timestamps.js';
 import type { Category } from './schemas.js';
 
-export const presentCategory = (row: InferSelectModel<typeof categories>, groupIds: number[]): Category => ({
+export const presentCategory = (row: CategoryRow, groupIds: number[]): Category => ({
   id: row.id,
   name: row.name,
   description: row.description,

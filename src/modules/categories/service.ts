@@ -1,16 +1,14 @@
 import { and, count, eq, exists, type SQL, sql } from 'drizzle-orm';
+import type { ServiceContext } from '../../core/context.js';
+import type { OrgPrincipal } from '../../core/principal.js';
 import type { Queryable } from '../../db/client.js';
-import { categories, categoryGroups, groupMembers } from '../../db/schema/index.js';
-import type { OrgPrincipal } from '../../http/auth.js';
-import type { ServiceContext } from '../../http/context.js';
+import { type CategoryRow, categories, categoryGroups, groupMembers } from '../../db/schema/index.js';
 import { notFound } from '../../http/errors.js';
 import { offsetOf, type PageQuery } from '../../http/pagination.js';
-import { isAdmin, requireAdmin } from '../../http/policies.js';
+import { isAdmin, requireAdmin } from '../../policies/roles.js';
 import { changesGroups, lockGroupAssignments, resolveGroupAssignment } from '../groups/references.js';
 import { linkedIds, replaceLinks } from '../link-tables.js';
 import type { CreateCategoryBody, UpdateCategoryBody } from './schemas.js';
-
-type CategoryRow = typeof categories.$inferSelect;
 
 /** Like projects: members see the categories that share a group with them. */
 function categoryVisibleTo(principal: OrgPrincipal): SQL {

@@ -3,18 +3,18 @@ import type { FastifyInstance } from 'fastify';
 import { contextOf } from '../../http/context.js';
 import { PageQuery, pagination } from '../../http/pagination.js';
 import { IdParams, ok, v2Responses } from '../../http/schemas.js';
-import type { ChatRuntime } from './runtime.js';
 import { MessageCreated, MessageList, SendMessageBody } from './schemas.js';
 import { listMessages, prepareTurn } from './service.js';
-import { awaitTurn, reattachStream, streamTurn } from './turn-http.js';
+import { awaitTurn, reattachStream, STREAM_NOTE, streamTurn } from './turn-http.js';
 import { requireContent } from './validation.js';
 
 const tags = ['Chats'];
 
 /** Send a message and read history (spec 4.1). */
-export async function messageRoutes(parent: FastifyInstance, runtime: ChatRuntime): Promise<void> {
+export async function messageRoutes(parent: FastifyInstance): Promise<void> {
   const app = parent.withTypeProvider<TypeBoxTypeProvider>();
-  const { replyTimeoutMs } = app.deps.config;
+  const { deps } = app;
+  const { replyTimeoutMs } = deps.config;
 
   app.post(
     '/chats/:id/messages',
@@ -22,8 +22,7 @@ export async function messageRoutes(parent: FastifyInstance, runtime: ChatRuntim
       schema: {
         tags,
         summary: 'Send a message; one turn at a time per chat (409 otherwise)',
-        description:
-          "With `stream: true` the answer is HTTP 200 `text/event-stream` with the events `content`, `tool_start`, `tool_result`, `done` and `error` (spec 6.1), each with an `id:` line (its sequence number in the turn); a repeat with the same `Idempotency-Key` and body reattaches to the same stream. A message starting with a skill's slash command runs that skill.",
+        description: `${STREAM_NOTE} A message starting with a skill's slash command runs that skill.`,
         params: IdParams,
         body: SendMessageBody,
         response: v2Responses({ 200: ok(MessageCreated) }),
@@ -34,17 +33,17 @@ export async function messageRoutes(parent: FastifyInstance, runtime: ChatRuntim
       requireContent(content);
       const ctx = contextOf(request);
       if (request.idempotencyStream) {
-        await reattachStream(reply, runtime, request.idempotencyStream);
+        await reattachStream(reply, deps.streams, request.idempotencyStream);
         return reply;
       }
       const plan = await prepareTurn(ctx, request.params.id);
       if (stream) {
-        await streamTurn(request, reply, runtime, () => runtime.runner.begin(ctx, plan, content), {
+        await streamTurn(request, reply, deps, () => deps.turns.begin(ctx, plan, content), {
           replyTimeoutMs,
         });
         return reply;
       }
-      const turn = await runtime.runner.begin(ctx, plan, content);
+      const turn = await deps.turns.begin(ctx, plan, content);
       const message = await awaitTurn(turn, replyTimeoutMs);
       return { status: 'ok' as const, response: { message } };
     },

@@ -1,11 +1,6 @@
-import type { InferSelectModel } from 'drizzle-orm';
-import type { chatMessages, chats, toolExecutions } from '../../db/schema/index.js';
+import type { ChatRow, MessageRow, ToolExecutionRow } from '../../db/schema/index.js';
 import { formatTimestamp } from '../../http/timestamps.js';
 import type { ChatView, MessageView, ToolExecutionView } from './schemas.js';
-
-export type ChatRow = InferSelectModel<typeof chats>;
-export type MessageRow = InferSelectModel<typeof chatMessages>;
-export type ToolExecutionRow = InferSelectModel<typeof toolExecutions>;
 
 export const NEW_CHAT_TITLE = 'New chat';
 

@@ -3,25 +3,21 @@ import { Type } from '@sinclair/typebox';
 import { contextOf } from '../../http/context.js';
 import { pagination } from '../../http/pagination.js';
 import { IdParams, ok, v2Responses } from '../../http/schemas.js';
+import { chatOfStream } from '../../turns/reattach.js';
 import { messageRoutes } from './messages-routes.js';
 import { presentChat } from './presenter.js';
-import { createChatRuntime } from './runtime.js';
 import { ChatCreated, ChatList, ChatListQuery, ChatRead, CreateChatBody } from './schemas.js';
 import { archiveChat, createChat, findChat, listChats, messageCount } from './service.js';
 import { streamRoutes } from './stream-routes.js';
-import { chatOfStream } from './turn-cancel.js';
-import { awaitTurn, reattachStream, streamTurn, withExtra } from './turn-http.js';
+import { awaitTurn, reattachStream, STREAM_NOTE, streamTurn, withExtra } from './turn-http.js';
 import { requireContent } from './validation.js';
 
 const tags = ['Chats'];
 
-export const STREAM_NOTE =
-  'With `stream: true` the answer is HTTP 200 `text/event-stream` with the events `content`, `tool_start`, `tool_result`, `done` and `error` (spec 6.1), each with an `id:` line (its sequence number in the turn). A repeat with the same `Idempotency-Key` and body reattaches to the same stream from its start.';
-
 /** Chat endpoints of spec 4.1 (`/api/v2/chats...`). */
 export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
-  const runtime = createChatRuntime(app);
-  const { replyTimeoutMs } = app.deps.config;
+  const { deps } = app;
+  const { replyTimeoutMs } = deps.config;
 
   app.post(
     '/chats',
@@ -41,7 +37,7 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const repeated = request.idempotencyStream;
       if (repeated) {
         // The first request's chat and turn, not new ones.
-        await reattachStream(reply, runtime, repeated, () => chatOfStream(ctx, repeated));
+        await reattachStream(reply, deps.streams, repeated, () => chatOfStream(ctx, repeated));
         return reply;
       }
       const { chat, plan } = await createChat(ctx, body);
@@ -55,14 +51,14 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
         await streamTurn(
           request,
           reply,
-          runtime,
-          () => runtime.runner.begin(ctx, plan, content, { announceChat: view }),
+          deps,
+          () => deps.turns.begin(ctx, plan, content, { announceChat: view }),
           { announceChat: view, replyTimeoutMs },
         );
         return reply;
       }
       const extra = { chat_id: chat.id };
-      const turn = await runtime.runner.begin(ctx, plan, content).catch((err) => {
+      const turn = await deps.turns.begin(ctx, plan, content).catch((err) => {
         throw withExtra(err, extra);
       });
       const message = await awaitTurn(turn, replyTimeoutMs, extra);
@@ -125,6 +121,6 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
   );
 
-  await messageRoutes(app, runtime);
-  await streamRoutes(app, runtime);
+  await messageRoutes(app);
+  await streamRoutes(app);
 };

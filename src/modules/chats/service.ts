@@ -1,22 +1,26 @@
 import { and, asc, count, desc, eq, inArray, isNull, or, sql } from 'drizzle-orm';
+import type { ServiceContext } from '../../core/context.js';
+import type { OrgPrincipal } from '../../core/principal.js';
 import type { Queryable } from '../../db/client.js';
-import { chatMessages, chats, toolExecutions } from '../../db/schema/index.js';
-import type { OrgPrincipal } from '../../http/auth.js';
-import type { ServiceContext } from '../../http/context.js';
-import { notFound } from '../../http/errors.js';
-import { offsetOf, type PageQuery } from '../../http/pagination.js';
-import type { ProjectRow } from '../projects/access.js';
 import {
   type AgentRow,
-  chatModelConfiguration,
+  type ChatRow,
+  chatMessages,
+  chats,
+  type MessageRow,
   type ModelConfigurationRow,
-  modelForNewChat,
-  usableAgent,
-  usableProject,
-} from './access.js';
-import { type ChatRow, type MessageRow, presentMessage, type ToolExecutionRow } from './presenter.js';
+  type ProjectRow,
+  type ToolExecutionRow,
+  toolExecutions,
+} from '../../db/schema/index.js';
+import { notFound } from '../../http/errors.js';
+import { offsetOf, type PageQuery } from '../../http/pagination.js';
+import { usableAgent } from '../../policies/agents.js';
+import { usableProject } from '../../policies/projects.js';
+import type { TurnPlan } from '../../turns/plan.js';
+import { CHAT_REFUSAL, chatModelConfiguration, chooseChatModel } from '../model-configurations/resolve.js';
+import { presentMessage } from './presenter.js';
 import type { ChatListQuery, CreateChatBody, MessageView } from './schemas.js';
-import type { TurnPlan } from './turn-runner.js';
 
 const TITLE_MAX = 60;
 
@@ -67,7 +71,12 @@ export async function createChat(
   const { principal, db } = ctx;
   const project = await usableProject(db, principal, body.project_id);
   const agent = body.agent_id === undefined ? null : await usableAgent(db, principal, body.agent_id);
-  const model = await modelForNewChat(db, principal.organizationId, body.model_configuration_id, agent);
+  // The model asked for, else the agent's (if still a usable chat model), else the organization's default.
+  const model = await chooseChatModel(db, principal.organizationId, {
+    requested: body.model_configuration_id,
+    fallbacks: [agent?.modelConfigurationId ?? null],
+    refusal: CHAT_REFUSAL,
+  });
   const [row] = await db
     .insert(chats)
     .values({
@@ -94,7 +103,7 @@ export async function prepareTurn(ctx: ServiceContext, chatId: number): Promise<
   const [project, agent, configuration] = await Promise.allSettled([
     usableProject(ctx.db, ctx.principal, chat.projectId),
     chat.agentId === null ? null : usableAgent(ctx.db, ctx.principal, chat.agentId),
-    chatModelConfiguration(ctx.db, ctx.principal.organizationId, chat.modelConfigurationId),
+    chatModelConfiguration(ctx.db, ctx.principal.organizationId, chat.modelConfigurationId, CHAT_REFUSAL),
   ]);
   for (const outcome of [project, agent, configuration])
     if (outcome.status === 'rejected') throw outcome.reason;

@@ -5,17 +5,13 @@ import { contextOf } from '../../http/context.js';
 import { badRequest } from '../../http/errors.js';
 import { IdParams, ok, v2Responses } from '../../http/schemas.js';
 import { SseStream } from '../../http/sse.js';
-import type { ChatRuntime } from './runtime.js';
+import { ChatStreamEvents, eventList } from '../../streams/protocol.js';
+import { awaitCancelledTurn, requestTurnCancel } from '../../turns/cancel.js';
+import { turnStreamKey } from '../../turns/events.js';
+import { attachableTurn, REATTACH_WINDOW_MINUTES } from '../../turns/reattach.js';
 import { MessageCreated } from './schemas.js';
 import { findChat } from './service.js';
-import {
-  attachableTurn,
-  awaitCancelledTurn,
-  REATTACH_WINDOW_MINUTES,
-  requestTurnCancel,
-} from './turn-cancel.js';
 import { lostTurnEvent, relayTurn } from './turn-http.js';
-import { TURN_CANCEL_CHANNEL } from './turn-runner.js';
 
 const tags = ['Chats'];
 
@@ -29,8 +25,7 @@ const StreamQuery = Type.Object({
 });
 
 const eventStream = {
-  description:
-    "text/event-stream: the turn's events (`content`, `tool_start`, `tool_result`, `done`, `error`), each with its `id:`",
+  description: `text/event-stream: the turn's events (${eventList(ChatStreamEvents)}), each with its \`id:\``,
   content: { 'text/event-stream': { schema: { type: 'string' } } },
 };
 
@@ -48,8 +43,9 @@ function resumePoint(request: FastifyRequest, after: number | undefined): number
 }
 
 /** Reattaching to a chat's stream and cancelling its turn (additions to spec 4.1). */
-export async function streamRoutes(parent: FastifyInstance, runtime: ChatRuntime): Promise<void> {
+export async function streamRoutes(parent: FastifyInstance): Promise<void> {
   const app = parent.withTypeProvider<TypeBoxTypeProvider>();
+  const { streams, turns } = app.deps;
 
   app.get(
     '/chats/:id/stream',
@@ -71,13 +67,13 @@ export async function streamRoutes(parent: FastifyInstance, runtime: ChatRuntime
       const chat = await findChat(ctx, request.params.id);
       const after = resumePoint(request, request.query.after);
       const turn = await attachableTurn(ctx.db, chat.id);
-      const state = turn ? await runtime.hub.describe(turn.id) : null;
+      const state = turn ? await streams.describe(turnStreamKey(turn.id)) : null;
       const nothingLeft = !state || (state.ended && state.lastSeq <= after);
       if (!turn || (!turn.running && nothingLeft)) {
         reply.status(204).send(null);
         return reply;
       }
-      await relayTurn(new SseStream(reply), runtime.hub, turn.id, after, {
+      await relayTurn(new SseStream(reply), streams, turn.id, after, {
         lostEvent: () => lostTurnEvent(),
       });
       return reply;
@@ -100,14 +96,8 @@ export async function streamRoutes(parent: FastifyInstance, runtime: ChatRuntime
       const ctx = contextOf(request);
       const chat = await findChat(ctx, request.params.id);
       const turnId = await requestTurnCancel(ctx, chat.id);
-      if (!runtime.runner.cancel(turnId)) {
-        await runtime.streams.notifier
-          .notify(TURN_CANCEL_CHANNEL, String(turnId))
-          .catch((err) =>
-            request.log.warn({ err }, 'could not notify the cancel; the lease renewal picks it up'),
-          );
-      }
-      const message = await awaitCancelledTurn(runtime.hub, turnId, runtime.settings.leaseMs + 5_000);
+      await turns.cancelAnywhere(turnId);
+      const message = await awaitCancelledTurn(streams, turnId, turns.settings.leaseMs + 5_000);
       return { status: 'ok' as const, response: { message } };
     },
   );

@@ -1,41 +1,38 @@
 import { randomUUID } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { AppDeps } from '../../core/deps.js';
 import { ApiError, toApiError } from '../../http/errors.js';
 import { releaseIdempotencyKey, setIdempotentStream } from '../../http/idempotency.js';
 import { SseStream } from '../../http/sse.js';
-import { type RelayOptions, relayStream } from '../streams/sse-relay.js';
-import type { StreamListener } from '../streams/stream-hub.js';
-import type { ChatRuntime } from './runtime.js';
+import { ChatStreamEvents, chatError, eventList, type TurnEvent } from '../../streams/protocol.js';
+import { StreamPublisher } from '../../streams/publisher.js';
+import { type RelayOptions, relayStream } from '../../streams/sse-relay.js';
+import type { StreamHub } from '../../streams/stream-hub.js';
+import { turnIdOfStreamKey, turnStreamKey } from '../../turns/events.js';
+import type { StartedTurn } from '../../turns/runner.js';
 import type { ChatView, MessageView } from './schemas.js';
-import { turnIdOfStreamKey, turnStreamKey } from './stored-turn-events.js';
-import type { TurnEventHub } from './turn-events.js';
-import type { StartedTurn } from './turn-runner.js';
+
+/** OpenAPI description of the streamed answers; the event list comes from src/streams/protocol.ts. */
+export const STREAM_NOTE = `With \`stream: true\` the answer is HTTP 200 \`text/event-stream\` with the events ${eventList(ChatStreamEvents)} (spec 6.1), each with an \`id:\` line (its sequence number in the turn). A repeat with the same \`Idempotency-Key\` and body reattaches to the same stream from its start.`;
 
 export const LOST_TURN_MESSAGE =
   'The reply was interrupted: the server running it stopped. Send the message again.';
 
 /** The `error` event of a turn whose process stopped before its end (spec 6.1 shape). */
-export const lostTurnEvent = (chat?: ChatView) => ({
-  name: 'error',
-  data: { message: LOST_TURN_MESSAGE, code: 500, ...(chat ? { chat } : {}) },
-});
+export const lostTurnEvent = (chat?: ChatView) => chatError(LOST_TURN_MESSAGE, 500, chat);
 
-/** Relays a turn's events after `afterSeq`, each with its `seq` as the SSE `id:`. */
+/** Relays a turn's events after `afterSeq`, each with its `seq` as the SSE `id:`: the one adapter between a turn and its client. */
 export function relayTurn(
   sse: SseStream,
-  hub: TurnEventHub,
+  streams: StreamHub,
   turnId: number,
   afterSeq: number,
   options: Omit<RelayOptions, 'afterSeq'>,
 ): Promise<void> {
-  const subscribe = (listener: StreamListener) =>
-    hub.subscribe(
-      turnId,
-      afterSeq,
-      (event) => listener.onEvent(event),
-      (reason) => listener.onEnd(reason),
-    );
-  return relayStream(sse, subscribe, { ...options, afterSeq });
+  return relayStream(sse, (listener) => streams.subscribe(turnStreamKey(turnId), afterSeq, listener), {
+    ...options,
+    afterSeq,
+  });
 }
 
 /**
@@ -50,7 +47,7 @@ export function relayTurn(
 export async function streamTurn(
   request: FastifyRequest,
   reply: FastifyReply,
-  runtime: ChatRuntime,
+  deps: Pick<AppDeps, 'streams'>,
   start: () => Promise<StartedTurn>,
   options: { announceChat?: ChatView; replyTimeoutMs: number },
 ): Promise<void> {
@@ -61,13 +58,14 @@ export async function streamTurn(
   } catch (err) {
     const error = toApiError('v2', err);
     if (error.status >= 500) reply.log.error({ err }, 'could not start a chat turn');
-    const data = {
-      message: error.message,
-      code: error.status,
-      ...(options.announceChat ? { chat: options.announceChat } : {}),
-    };
-    await recordRefusal(request, runtime, data, !options.announceChat && retryRunsAgain(error.status));
-    sse.send('error', data, 1);
+    const refusal = chatError(error.message, error.status, options.announceChat);
+    await recordRefusal(
+      request,
+      deps.streams,
+      refusal,
+      !options.announceChat && retryRunsAgain(error.status),
+    );
+    sse.send(refusal.name, refusal.data, 1);
     sse.end();
     return;
   }
@@ -75,18 +73,11 @@ export async function streamTurn(
   const recorded = setIdempotentStream(request, turnStreamKey(turn.turnId)).catch((err) =>
     reply.log.error({ err }, 'could not record the stream of an idempotent request'),
   );
-  await relayTurn(sse, runtime.hub, turn.turnId, 0, {
+  await relayTurn(sse, deps.streams, turn.turnId, 0, {
     lostEvent: () => lostTurnEvent(options.announceChat),
     timeout: {
       ms: options.replyTimeoutMs,
-      event: () => ({
-        name: 'error',
-        data: {
-          message: replyTimeoutMessage(options.replyTimeoutMs),
-          code: 504,
-          ...(options.announceChat ? { chat: options.announceChat } : {}),
-        },
-      }),
+      event: () => chatError(replyTimeoutMessage(options.replyTimeoutMs), 504, options.announceChat),
     },
   });
   await recorded;
@@ -96,8 +87,8 @@ const retryRunsAgain = (status: number) => status === 409 || status === 429 || s
 
 async function recordRefusal(
   request: FastifyRequest,
-  runtime: ChatRuntime,
-  data: Record<string, unknown>,
+  streams: StreamHub,
+  refusal: TurnEvent,
   release: boolean,
 ): Promise<void> {
   if (request.idempotencyId === null) return;
@@ -106,9 +97,9 @@ async function recordRefusal(
       await releaseIdempotencyKey(request);
       return;
     }
-    const key = `chat-refusal:${randomUUID()}`;
-    await runtime.streams.publish(key, 1, 'error', data);
-    await setIdempotentStream(request, key);
+    const publisher = new StreamPublisher<TurnEvent>(streams, `chat-refusal:${randomUUID()}`);
+    await publisher.publish(refusal);
+    await setIdempotentStream(request, publisher.key);
   } catch (err) {
     request.log.error({ err }, 'could not record the refusal of an idempotent request');
   }
@@ -120,7 +111,7 @@ async function recordRefusal(
  */
 export async function reattachStream(
   reply: FastifyReply,
-  runtime: ChatRuntime,
+  streams: StreamHub,
   ref: string,
   announceChat?: () => Promise<ChatView | undefined>,
 ): Promise<void> {
@@ -129,10 +120,10 @@ export async function reattachStream(
   const turnId = turnIdOfStreamKey(ref);
   const lostEvent = () => lostTurnEvent(chat);
   if (turnId !== null) {
-    await relayTurn(sse, runtime.hub, turnId, 0, { lostEvent });
+    await relayTurn(sse, streams, turnId, 0, { lostEvent });
     return;
   }
-  await relayStream(sse, (listener) => runtime.streams.subscribe(ref, 0, listener), { lostEvent });
+  await relayStream(sse, (listener) => streams.subscribe(ref, 0, listener), { lostEvent });
 }
 
 export function replyTimeoutMessage(timeoutMs: number): string {

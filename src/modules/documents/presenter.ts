@@ -1,8 +1,6 @@
-import type { documents } from '../../db/schema/index.js';
+import type { DocumentRow } from '../../db/schema/index.js';
 import { formatTimestamp } from '../../http/timestamps.js';
 import type { Document, DocumentDetail } from './schemas.js';
-
-export type DocumentRow = typeof documents.$inferSelect;
 
 export const presentDocument = (row: DocumentRow, groupIds: number[]): Document => ({
   id: row.id,

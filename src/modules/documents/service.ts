@@ -1,24 +1,25 @@
 import { createHash } from 'node:crypto';
 import { and, count, desc, eq, inArray, type SQL } from 'drizzle-orm';
+import type { ServiceContext } from '../../core/context.js';
 import type { Queryable } from '../../db/client.js';
 import {
+  type DocumentRow,
   documentChunks,
   documentContents,
   documentGroups,
   documents,
   groupMembers,
 } from '../../db/schema/index.js';
-import type { ServiceContext } from '../../http/context.js';
 import { forbidden, notFound } from '../../http/errors.js';
 import { offsetOf } from '../../http/pagination.js';
-import { isAdmin } from '../../http/policies.js';
 import type { JobQueue } from '../../jobs/queue.js';
-import { documentVisibleTo } from '../../knowledge/access.js';
 import { detectMediaType } from '../../knowledge/media-type.js';
 import { PROCESS_DOCUMENT_JOB, type ProcessDocumentJob } from '../../knowledge/process.js';
+import { documentVisibleTo } from '../../policies/documents.js';
+import { isAdmin } from '../../policies/roles.js';
 import { checkGroupIds, defaultGroupId } from '../groups/references.js';
 import { linkedIds } from '../link-tables.js';
-import type { DocumentRow } from './presenter.js';
+
 import type { DocumentListQuery } from './schemas.js';
 
 export interface UploadInput {

@@ -1,9 +1,8 @@
-import type { InferSelectModel } from 'drizzle-orm';
-import type { groups } from '../../db/schema/index.js';
+import type { GroupRow } from '../../db/schema/index.js';
 import { formatTimestamp } from '../../http/timestamps.js';
 import type { Group } from './schemas.js';
 
-export const presentGroup = (row: InferSelectModel<typeof groups>, userIds: number[]): Group => ({
+export const presentGroup = (row: GroupRow, userIds: number[]): Group => ({
   id: row.id,
   name: row.name,
   description: row.description,

@@ -1,25 +1,24 @@
 import { and, count, eq, inArray, isNull, sql } from 'drizzle-orm';
 import type { PgColumn, PgTable } from 'drizzle-orm/pg-core';
+import type { ServiceContext } from '../../core/context.js';
 import type { Queryable } from '../../db/client.js';
 import {
   agentGroups,
   agents,
   categories,
   categoryGroups,
+  type GroupRow,
   groupMembers,
   groups,
   projectGroups,
   projects,
   users,
 } from '../../db/schema/index.js';
-import type { ServiceContext } from '../../http/context.js';
 import { notFound, unprocessable } from '../../http/errors.js';
 import { offsetOf, type PageQuery } from '../../http/pagination.js';
-import { requireAdmin } from '../../http/policies.js';
+import { requireAdmin } from '../../policies/roles.js';
 import { lockGroupAssignments } from './references.js';
 import type { CreateGroupBody, UpdateGroupBody } from './schemas.js';
-
-type GroupRow = typeof groups.$inferSelect;
 
 const inOrg = (ctx: ServiceContext) => eq(groups.organizationId, ctx.principal.organizationId);
 

@@ -2,7 +2,6 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { contextOf } from '../../http/context.js';
 import { PageQuery, pagination } from '../../http/pagination.js';
 import { IdParams, Message, V1Error, v1Responses } from '../../http/schemas.js';
-import { closeMcpPool } from '../../mcp/pools.js';
 import { presentIntegration } from './presenter.js';
 import {
   CreateIntegrationBody,
@@ -23,10 +22,6 @@ import {
 const tags = ['Integrations'];
 
 export const integrationRoutes: FastifyPluginAsyncTypebox = async (app) => {
-  app.addHook('onClose', async () => {
-    await closeMcpPool(app.deps);
-  });
-
   app.get(
     '/integrations',
     { schema: { tags, querystring: PageQuery, response: v1Responses({ 200: IntegrationListResponse }) } },

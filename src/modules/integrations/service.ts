@@ -1,15 +1,14 @@
 import { and, count, eq, exists, inArray, isNull, like, or, sql } from 'drizzle-orm';
+import type { ServiceContext } from '../../core/context.js';
 import type { Queryable } from '../../db/client.js';
 import { type IntegrationRow, integrationProjects, integrations, projects } from '../../db/schema/index.js';
-import type { ServiceContext } from '../../http/context.js';
 import { ApiError, type Details, notFound, unprocessable } from '../../http/errors.js';
 import { offsetOf, type PageQuery } from '../../http/pagination.js';
-import { requireAdmin } from '../../http/policies.js';
 import { type McpServerConfig, type McpTool, secretsOf } from '../../mcp/client-pool.js';
 import { describeMcpError } from '../../mcp/errors.js';
-import { mcpPoolFor } from '../../mcp/pools.js';
 import { namespacedToolName } from '../../mcp/tool-names.js';
 import { checkOutboundUrl, OutboundUrlError } from '../../net/outbound.js';
+import { requireAdmin } from '../../policies/roles.js';
 import { unknownIdsError } from '../groups/references.js';
 import { linkedIds, replaceLinks } from '../link-tables.js';
 import { firstFreeSlug, retryOnSlugClash, slugOf, suffixedPattern } from '../slugs.js';
@@ -230,7 +229,7 @@ export async function updateIntegration(ctx: ServiceContext, id: number, body: U
     }
   });
   // The open connection used the old URL or headers.
-  await mcpPoolFor(ctx).forget(id);
+  await ctx.mcp.forget(id);
   return getIntegration(ctx, id);
 }
 
@@ -241,7 +240,7 @@ export async function deleteIntegration(ctx: ServiceContext, id: number) {
     .where(and(eq(integrations.id, id), inOrg(ctx)))
     .returning({ id: integrations.id });
   if (!row) throw notFound('Integration');
-  await mcpPoolFor(ctx).forget(id);
+  await ctx.mcp.forget(id);
 }
 
 /** Enabled integrations of the organization that apply to the project (every project, or listed). */
@@ -300,7 +299,7 @@ export async function listIntegrationTools(ctx: ServiceContext, id: number) {
   const config = serverConfigOf(ctx, row);
   try {
     // An admin checking a server gets a fresh attempt, even right after a failure.
-    const tools = await mcpPoolFor(ctx).listTools(config, { recheck: true });
+    const tools = await ctx.mcp.listTools(config, { recheck: true });
     return namedTools(row.slug, tools);
   } catch (error) {
     const reason = describeMcpError(error, secretsOf(config));

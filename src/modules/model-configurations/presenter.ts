@@ -1,11 +1,10 @@
-import type { InferSelectModel } from 'drizzle-orm';
-import type { modelConfigurations } from '../../db/schema/index.js';
+import type { ModelConfigurationRow } from '../../db/schema/index.js';
 import { formatTimestamp } from '../../http/timestamps.js';
 import type { ModelConfiguration } from './schemas.js';
 
 /** The stored key stays out: only whether one exists. */
 export const presentModelConfiguration = (
-  row: InferSelectModel<typeof modelConfigurations>,
+  row: ModelConfigurationRow,
   isDefault: boolean,
 ): ModelConfiguration => ({
   id: row.id,

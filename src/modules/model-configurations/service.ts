@@ -1,15 +1,18 @@
 import { and, count, eq, isNull, sql } from 'drizzle-orm';
+import type { ServiceContext } from '../../core/context.js';
 import type { Queryable } from '../../db/client.js';
-import { agents, modelConfigurations, organizations } from '../../db/schema/index.js';
-import type { ServiceContext } from '../../http/context.js';
+import {
+  agents,
+  type ModelConfigurationRow,
+  modelConfigurations,
+  organizations,
+} from '../../db/schema/index.js';
 import { type Details, notFound, unprocessable } from '../../http/errors.js';
 import { offsetOf, type PageQuery } from '../../http/pagination.js';
-import { requireAdmin } from '../../http/policies.js';
-import type { ProviderName } from '../../llm/providers.js';
+import { PROVIDERS, type ProviderName } from '../../llm/providers.js';
+import { requireAdmin } from '../../policies/roles.js';
 import { BUILTIN_MODEL } from './defaults.js';
 import type { CreateModelConfigurationBody, Purpose, UpdateModelConfigurationBody } from './schemas.js';
-
-export type ModelConfigurationRow = typeof modelConfigurations.$inferSelect;
 
 const live = (organizationId: number) =>
   and(eq(modelConfigurations.organizationId, organizationId), isNull(modelConfigurations.deletedAt))!;
@@ -75,13 +78,13 @@ function settingsProblems(s: Settings): Details {
     if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:')) {
       details.base_url = ['must be an http or https URL'];
     }
-  } else if (s.provider === 'openai-compatible') {
-    details.base_url = ['is required for the openai-compatible provider'];
+  } else if (PROVIDERS[s.provider].needsBaseUrl) {
+    details.base_url = [`is required for the ${s.provider} provider`];
   }
-  if (s.model === null && s.provider !== 'builtin')
+  if (s.model === null && PROVIDERS[s.provider].needsModel)
     details.model = [`is required for the ${s.provider} provider`];
   if (s.purpose === 'embedding') {
-    if (s.provider !== 'openai' && s.provider !== 'openai-compatible') {
+    if (!PROVIDERS[s.provider].embeddings) {
       details.purpose = [`the ${s.provider} provider has no embedding models`];
     } else if (s.isDefault) {
       details.is_default = ['the default model answers chats, so it must have purpose chat'];

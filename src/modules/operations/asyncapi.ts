@@ -1,61 +1,10 @@
 import { type TSchema, Type } from '@sinclair/typebox';
-import { ChatView as Chat, MessageView as ChatMessage } from '../chats/schemas.js';
+import { ArtifactStreamEvents, ChatStreamEvents } from '../../streams/protocol.js';
 
-// Payloads of spec section 6, as JSON Schema. The SSE `id:` line carries each event's sequence number.
-// Chat, Message and Tool execution are the API's own response schemas.
-const chatEvents: Record<string, { summary: string; payload: TSchema }> = {
-  content: { summary: 'A chunk of assistant text', payload: Type.Object({ content: Type.String() }) },
-  tool_start: {
-    summary: 'A tool call begins',
-    payload: Type.Object({
-      tool_call_id: Type.String(),
-      tool_name: Type.String(),
-      parameters: Type.Object({}, { additionalProperties: true }),
-    }),
-  },
-  tool_result: {
-    summary: 'A tool call ended',
-    payload: Type.Object({
-      tool_call_id: Type.String(),
-      tool_name: Type.String(),
-      result: Type.Unknown(),
-      error: Type.Unknown(),
-      execution_time_ms: Type.Integer(),
-    }),
-  },
-  done: {
-    summary: 'The reply is complete; on POST /api/v2/chats also the chat',
-    payload: Type.Object({ message: ChatMessage, chat: Type.Optional(Chat) }),
-  },
-  error: {
-    summary: 'The turn failed; code is the HTTP status it maps to; on create also the chat that was kept',
-    payload: Type.Object({ message: Type.String(), code: Type.Integer(), chat: Type.Optional(Chat) }),
-  },
-};
-
-const artifactEvents: Record<string, { summary: string; payload: TSchema }> = {
-  chunk: {
-    summary: 'A chunk of artifact content',
-    payload: Type.Object({ content: Type.String(), done: Type.Literal(false) }),
-  },
-  done: {
-    summary: 'The artifact is saved',
-    payload: Type.Object({
-      artifact_id: Type.Union([Type.Integer(), Type.String()]),
-      done: Type.Literal(true),
-    }),
-  },
-  error: {
-    summary: 'Generation failed; nothing half-written was saved as finished',
-    payload: Type.Object({
-      error: Type.Object({
-        message: Type.String(),
-        code: Type.String(),
-        details: Type.Object({}, { additionalProperties: true }),
-      }),
-    }),
-  },
-};
+// The SSE events come from their one declaration (src/streams/protocol.ts); the SSE `id:` line
+// carries each event's sequence number. Webhook payloads (spec 6.3) are declared here.
+const chatEvents = ChatStreamEvents;
+const artifactEvents = ArtifactStreamEvents;
 
 const generatedData = Type.Object({
   name: Type.String(),

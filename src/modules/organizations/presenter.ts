@@ -1,9 +1,8 @@
-import type { InferSelectModel } from 'drizzle-orm';
-import type { organizations } from '../../db/schema/index.js';
+import type { OrganizationRow } from '../../db/schema/index.js';
 import { formatTimestamp } from '../../http/timestamps.js';
 import type { Organization } from './schemas.js';
 
-export const presentOrganization = (row: InferSelectModel<typeof organizations>): Organization => ({
+export const presentOrganization = (row: OrganizationRow): Organization => ({
   id: row.id,
   name: row.name,
   active: row.active,

@@ -1,12 +1,12 @@
 import { randomBytes } from 'node:crypto';
 import { and, count, eq } from 'drizzle-orm';
+import type { ServiceContext } from '../../core/context.js';
 import { projectWebhooks, type WebhookEventName } from '../../db/schema/index.js';
-import type { ServiceContext } from '../../http/context.js';
 import { notFound, unprocessable } from '../../http/errors.js';
 import { offsetOf, type PageQuery } from '../../http/pagination.js';
-import { requireAdmin } from '../../http/policies.js';
 import { checkOutboundUrl, OutboundUrlError } from '../../net/outbound.js';
-import { findProjectFor } from '../projects/access.js';
+import { findProjectFor } from '../../policies/projects.js';
+import { requireAdmin } from '../../policies/roles.js';
 import { type CreateWebhookBody, WEBHOOK_EVENTS } from './schemas.js';
 
 /** Standard Webhooks secret format: `whsec_` + base64 of random bytes (32 here; the spec allows 24-64). */

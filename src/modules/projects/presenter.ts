@@ -1,5 +1,5 @@
+import type { ProjectRow } from '../../db/schema/index.js';
 import { formatTimestamp } from '../../http/timestamps.js';
-import type { ProjectRow } from './access.js';
 import type { Project } from './schemas.js';
 
 export interface ProjectLinks {

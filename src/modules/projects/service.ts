@@ -1,14 +1,14 @@
 import { and, count, eq, isNull, type SQL, sql } from 'drizzle-orm';
+import type { ServiceContext } from '../../core/context.js';
 import type { Queryable } from '../../db/client.js';
-import { projectCategories, projectGroups, projects } from '../../db/schema/index.js';
-import type { ServiceContext } from '../../http/context.js';
+import { type ProjectRow, projectCategories, projectGroups, projects } from '../../db/schema/index.js';
 import { notFound } from '../../http/errors.js';
 import { offsetOf } from '../../http/pagination.js';
-import { requireAdmin } from '../../http/policies.js';
+import { findProjectFor, projectVisibleTo } from '../../policies/projects.js';
+import { requireAdmin } from '../../policies/roles.js';
 import { checkCategoryIds } from '../categories/references.js';
 import { changesGroups, lockGroupAssignments, resolveGroupAssignment } from '../groups/references.js';
 import { linkedIds, replaceLinks } from '../link-tables.js';
-import { findProjectFor, type ProjectRow, projectVisibleTo } from './access.js';
 import type { CreateProjectBody, ProjectListQuery, UpdateProjectBody } from './schemas.js';
 
 async function linksOf(db: Queryable, ids: number[]) {

@@ -1,11 +1,10 @@
-import type { InferSelectModel } from 'drizzle-orm';
-import type { skills } from '../../db/schema/index.js';
+import type { SkillRow } from '../../db/schema/index.js';
 import { formatTimestamp } from '../../http/timestamps.js';
 import type { Skill } from './schemas.js';
 
 export const slashCommandOf = (slug: string) => `/${slug}`;
 
-export const presentSkill = (row: InferSelectModel<typeof skills>, artifactTypeIds: number[]): Skill => ({
+export const presentSkill = (row: SkillRow, artifactTypeIds: number[]): Skill => ({
   id: row.id,
   name: row.name,
   content: row.content,

@@ -1,18 +1,16 @@
 import { and, count, eq, exists, isNull, like, or, type SQL, sql } from 'drizzle-orm';
+import type { ServiceContext } from '../../core/context.js';
 import type { Queryable } from '../../db/client.js';
-import { agentSkills, skillArtifactTypes, skills } from '../../db/schema/index.js';
-import type { ServiceContext } from '../../http/context.js';
+import { agentSkills, type SkillRow, skillArtifactTypes, skills } from '../../db/schema/index.js';
 import { notFound, unprocessable } from '../../http/errors.js';
 import { offsetOf, type PageQuery } from '../../http/pagination.js';
-import { requireAdmin } from '../../http/policies.js';
+import { requireAdmin } from '../../policies/roles.js';
 import { checkArtifactTypeIds } from '../artifact-types/references.js';
 import { findArtifactTypeBySlug } from '../artifact-types/service.js';
 import { linkedIds, replaceLinks } from '../link-tables.js';
 import { firstFreeSlug, retryOnSlugClash, slugOf, suffixedPattern } from '../slugs.js';
 import { normaliseVariables, variableProblems } from './placeholders.js';
 import type { CreateSkillBody, UpdateSkillBody } from './schemas.js';
-
-export type SkillRow = typeof skills.$inferSelect;
 
 const live = (organizationId: number): SQL =>
   and(eq(skills.organizationId, organizationId), isNull(skills.deletedAt))!;

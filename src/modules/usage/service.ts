@@ -1,8 +1,8 @@
 import { and, eq, gte, lt, type SQL, sql } from 'drizzle-orm';
+import type { ServiceContext } from '../../core/context.js';
 import { creditLedger, organizations } from '../../db/schema/index.js';
-import type { ServiceContext } from '../../http/context.js';
 import { badRequest } from '../../http/errors.js';
-import { requireAdmin } from '../../http/policies.js';
+import { requireAdmin } from '../../policies/roles.js';
 import type { UsageQuery, UsageRow } from './schemas.js';
 
 const DAY_MS = 86_400_000;

@@ -1,9 +1,8 @@
-import type { InferSelectModel } from 'drizzle-orm';
-import type { users } from '../../db/schema/index.js';
+import type { UserRow } from '../../db/schema/index.js';
 import { formatTimestamp } from '../../http/timestamps.js';
 import type { User } from './schemas.js';
 
-export const presentUser = (row: InferSelectModel<typeof users>, groupIds: number[]): User => ({
+export const presentUser = (row: UserRow, groupIds: number[]): User => ({
   id: row.id,
   email: row.email,
   name: row.name,

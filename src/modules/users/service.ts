@@ -1,9 +1,9 @@
 import { and, count, eq, inArray, isNull, sql } from 'drizzle-orm';
+import type { ServiceContext } from '../../core/context.js';
 import { apiKeys, groupMembers, groups, users } from '../../db/schema/index.js';
-import type { ServiceContext } from '../../http/context.js';
 import { notFound } from '../../http/errors.js';
 import { offsetOf, type PageQuery } from '../../http/pagination.js';
-import { requireAdmin } from '../../http/policies.js';
+import { requireAdmin } from '../../policies/roles.js';
 import type { CreateUserBody, UpdateUserBody } from './schemas.js';
 
 const inOrg = (ctx: ServiceContext) =>

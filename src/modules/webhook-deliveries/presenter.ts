@@ -1,9 +1,8 @@
-import type { InferSelectModel } from 'drizzle-orm';
-import type { webhookDeliveries } from '../../db/schema/index.js';
+import type { WebhookDeliveryRow } from '../../db/schema/index.js';
 import { formatTimestamp } from '../../http/timestamps.js';
 import type { WebhookDelivery } from './schemas.js';
 
-export const presentDelivery = (row: InferSelectModel<typeof webhookDeliveries>): WebhookDelivery => ({
+export const presentDelivery = (row: WebhookDeliveryRow): WebhookDelivery => ({
   id: row.id,
   webhook_id: row.webhookId,
   project_id: row.projectId,

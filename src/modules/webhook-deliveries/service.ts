@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import { and, count, desc, eq, sql } from 'drizzle-orm';
-import { projectWebhooks, webhookDeliveries } from '../../db/schema/index.js';
-import type { AppDeps, ServiceContext } from '../../http/context.js';
+import type { ServiceContext } from '../../core/context.js';
+import type { AppDeps } from '../../core/deps.js';
+import { projectWebhooks, type WebhookDeliveryRow, webhookDeliveries } from '../../db/schema/index.js';
 import { notFound } from '../../http/errors.js';
 import { offsetOf, type PageQuery } from '../../http/pagination.js';
-import { requireAdmin } from '../../http/policies.js';
 import { messageIdOf } from '../../jobs/outbox-dispatch.js';
 import {
   attemptDelivery,
@@ -12,11 +12,10 @@ import {
   RETRY_WINDOW_HOURS,
   scheduleAttempt,
 } from '../../jobs/webhook-delivery.js';
-import { findProjectFor } from '../projects/access.js';
+import { findProjectFor } from '../../policies/projects.js';
+import { requireAdmin } from '../../policies/roles.js';
 
 export const TEST_EVENT_NAME = 'webhook_test';
-
-type DeliveryRow = typeof webhookDeliveries.$inferSelect;
 
 /** The webhook of a project the key may use; 404 for anything else (never revealing other orgs'). */
 async function findWebhook(ctx: ServiceContext, projectId: number, webhookId: number) {
@@ -40,7 +39,7 @@ async function deliveryById(
   ctx: ServiceContext,
   webhookId: number,
   deliveryId: number,
-): Promise<DeliveryRow> {
+): Promise<WebhookDeliveryRow> {
   const [row] = await ctx.db
     .select()
     .from(webhookDeliveries)
@@ -87,7 +86,7 @@ export async function redeliver(
   projectId: number,
   webhookId: number,
   deliveryId: number,
-): Promise<DeliveryRow> {
+): Promise<WebhookDeliveryRow> {
   requireAdmin(ctx.principal);
   const webhook = await findWebhook(ctx, projectId, webhookId);
   const existing = await deliveryById(ctx, webhook.id, deliveryId);
@@ -121,7 +120,7 @@ export async function sendTestEvent(
   deps: AppDeps,
   projectId: number,
   webhookId: number,
-): Promise<DeliveryRow> {
+): Promise<WebhookDeliveryRow> {
   requireAdmin(ctx.principal);
   const webhook = await findWebhook(ctx, projectId, webhookId);
   const created = await ctx.db.transaction(async (tx) => {

@@ -1,5 +1,5 @@
-import type { ServiceContext } from '../http/context.js';
-import { documentVisibleToProject } from './access.js';
+import type { ServiceContext } from '../core/context.js';
+import { documentVisibleToProject } from '../policies/documents.js';
 import { type Passage, searchPassages } from './search.js';
 
 export type { Passage } from './search.js';
@@ -21,7 +21,7 @@ export const DEFAULT_PASSAGES = 5;
  */
 export function searchKnowledge(ctx: ServiceContext, request: KnowledgeQuery): Promise<Passage[]> {
   return searchPassages(
-    { database: ctx.database, secrets: ctx.secrets, log: ctx.log },
+    { database: ctx.database, secrets: ctx.secrets, vectors: ctx.vectors, log: ctx.log },
     {
       organizationId: ctx.principal.organizationId,
       visible: documentVisibleToProject(ctx.principal, request.projectId),

@@ -1,6 +1,6 @@
 import { and, eq, type SQL, sql } from 'drizzle-orm';
+import type { OrgPrincipal } from '../core/principal.js';
 import { documentGroups, documents, groupMembers, projectGroups } from '../db/schema/index.js';
-import type { OrgPrincipal } from '../http/auth.js';
 
 /**
  * Who sees a document. Organization keys and admin users: every document of the organization.

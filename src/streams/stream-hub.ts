@@ -1,6 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify';
-import type { Database } from '../../db/client.js';
+import type { Database } from '../db/client.js';
 import { Notifier } from './notifier.js';
+import { isFinalEvent } from './protocol.js';
 
 /** One event of a stream; `seq` counts 1, 2, 3... per stream and is the SSE `id:`. */
 export interface StreamEvent {
@@ -47,9 +48,6 @@ export const DEFAULT_STREAM_HUB_OPTIONS: StreamHubOptions = {
   retainLocalMs: 15_000,
   retentionMs: 24 * 3600_000,
 };
-
-/** Every stream of the service ends with `done` or `error`. */
-export const isFinalEvent = (name: string) => name === 'done' || name === 'error';
 
 const EVENTS_CHANNEL = 'scriptorium_stream_events';
 const NOTIFY_PAYLOAD_MAX = 7000;

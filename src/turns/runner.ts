@@ -1,27 +1,29 @@
 import { setMaxListeners } from 'node:events';
-import type { LanguageModelV3 } from '@ai-sdk/provider';
 import { type ModelMessage, stepCountIs, streamText } from 'ai';
 import { eq, sql } from 'drizzle-orm';
 import type { FastifyBaseLogger } from 'fastify';
-import type { Database } from '../../db/client.js';
-import { type AgentTool, chatMessages, chats } from '../../db/schema/index.js';
-import type { ServiceContext } from '../../http/context.js';
-import { ApiError } from '../../http/errors.js';
-import { languageModelOf } from '../../llm/resolve-model.js';
-import { collectTools, type ToolFamilies, type ToolScope } from '../../llm/tools/registry.js';
-import { chargeUsage, ensureCredits, type Usage } from '../credits/service.js';
-import type { ProjectRow } from '../projects/access.js';
-import type { Notifier } from '../streams/notifier.js';
-import type { AgentRow, ModelConfigurationRow } from './access.js';
-import { type ChatRow, presentMessage } from './presenter.js';
-import type { ChatView, MessageView } from './schemas.js';
-import { conversationOf, messageView, titleFrom } from './service.js';
+import type { ServiceContext } from '../core/context.js';
+import type { Database } from '../db/client.js';
+import { type AgentTool, chatMessages, chats } from '../db/schema/index.js';
+import { ApiError } from '../http/errors.js';
+import { collectTools, type ToolFamilies, type ToolScope } from '../llm/tools/registry.js';
+import { presentMessage } from '../modules/chats/presenter.js';
+import type { ChatView, MessageView } from '../modules/chats/schemas.js';
+import { conversationOf, messageView, titleFrom } from '../modules/chats/service.js';
+import { ensureCredits, type Usage } from '../modules/credits/service.js';
+import { chatDone, chatError, type TurnEvent } from '../streams/protocol.js';
+import { StreamPublisher } from '../streams/publisher.js';
+import type { StreamHub } from '../streams/stream-hub.js';
+import { turnStreamKey } from './events.js';
+import { describeFailure, TurnCancelled, TurnFailure } from './failure.js';
+import { finishTurn, type TurnEnd } from './finish.js';
+import { acquireTurnLease, keepLeaseAlive } from './lease.js';
+import type { TurnPlan } from './plan.js';
 import { buildSystemPrompt, expandSlashCommand, skillsOfAgent } from './system-prompt.js';
 import { asParameters, recordToolExecution } from './tool-executions.js';
-import { type TurnEventHub, TurnPublisher } from './turn-events.js';
-import { describeFailure, TurnCancelled, TurnFailure } from './turn-failure.js';
-import { acquireTurnLease, keepLeaseAlive, releaseTurnLease } from './turn-lease.js';
-import { IdleWatchdog, pausingWatchdog } from './turn-watchdog.js';
+import { IdleWatchdog, pausingWatchdog } from './watchdog.js';
+
+export type { TurnPlan } from './plan.js';
 
 export interface TurnSettings {
   /** How long a turn's lease lasts without renewal (it is renewed every third of it). */
@@ -46,14 +48,6 @@ export const DEFAULT_TURN_SETTINGS: TurnSettings = {
 
 /** Tools of a chat without an agent: the project's knowledge and its connected tool servers. */
 export const DEFAULT_CHAT_TOOLS: AgentTool[] = ['knowledge', 'integrations'];
-
-/** Everything a turn needs, checked before the request is accepted (404/401 come from here). */
-export interface TurnPlan {
-  chat: ChatRow;
-  project: ProjectRow;
-  agent: AgentRow | null;
-  configuration: ModelConfigurationRow;
-}
 
 /** `completed` also covers a reply stopped by a cancel request (its message has `cancelled: true`). */
 export type TurnOutcome =
@@ -90,16 +84,19 @@ export class TurnRunner {
   constructor(
     private readonly deps: {
       database: Database;
-      hub: TurnEventHub;
+      /** Where turns publish their numbered events; its notifier also carries cancel requests between processes. */
+      streams: StreamHub;
       families: ToolFamilies;
       settings: TurnSettings;
       log: FastifyBaseLogger;
-      /** Carries cancel requests between processes; null keeps them within this one. */
-      notifier: Notifier | null;
     },
   ) {
     // Every running turn listens for the shutdown; hundreds at once are expected, not a leak.
     setMaxListeners(0, this.shutdown.signal);
+  }
+
+  get settings(): TurnSettings {
+    return this.deps.settings;
   }
 
   /** Stops a turn running in this process (its partial reply is kept); false when it runs elsewhere. */
@@ -108,6 +105,16 @@ export class TurnRunner {
     if (!abort) return false;
     if (!abort.signal.aborted) abort.abort(new TurnCancelled());
     return true;
+  }
+
+  /** Stops the turn here, or tells the other processes to (the lease renewal is the fallback). */
+  async cancelAnywhere(turnId: number): Promise<void> {
+    if (this.cancel(turnId)) return;
+    await this.deps.streams.notifier
+      .notify(TURN_CANCEL_CHANNEL, String(turnId))
+      .catch((err) =>
+        this.deps.log.warn({ err }, 'could not notify the cancel; the lease renewal picks it up'),
+      );
   }
 
   /**
@@ -185,8 +192,9 @@ export class TurnRunner {
   }
 
   private listenForCancels() {
-    const { notifier, log } = this.deps;
-    if (this.listeningForCancels || !notifier) return;
+    const { streams, log } = this.deps;
+    const { notifier } = streams;
+    if (this.listeningForCancels) return;
     this.listeningForCancels = true;
     notifier
       .listen(TURN_CANCEL_CHANNEL, (payload) => {
@@ -196,7 +204,7 @@ export class TurnRunner {
   }
 
   /** Lets running turns finish for up to `graceMs`, then cancels the rest and waits for them to record it. */
-  async close(graceMs: number): Promise<void> {
+  async close(graceMs = 0): Promise<void> {
     if (this.inFlight.size === 0) return;
     let timer: NodeJS.Timeout | undefined;
     const graceOver = new Promise<void>((resolve) => {
@@ -218,11 +226,11 @@ export class TurnRunner {
     options: TurnOptions,
     abort: AbortController,
   ): Promise<TurnOutcome> {
-    const { database, settings, hub } = this.deps;
+    const { database, settings, streams } = this.deps;
     const db = database.db;
     const log = ctx.log.child({ chatId: plan.chat.id, turnId: ids.turnId });
-    const publisher = new TurnPublisher(hub, ids.turnId);
-    const publish: TurnPublisher['publish'] = (event) =>
+    const publisher = new StreamPublisher<TurnEvent>(streams, turnStreamKey(ids.turnId));
+    const publish = (event: TurnEvent) =>
       publisher
         .publish(event)
         .catch((err) => log.error({ err, event: event.name }, 'could not publish a turn event'));
@@ -244,6 +252,17 @@ export class TurnRunner {
     let text = '';
     let usedTools = false;
     const usage: Usage = { inputTokens: 0, outputTokens: 0 };
+    // The one place a turn's result is written, however it ended.
+    const finish = (end: TurnEnd) =>
+      db.transaction((tx) =>
+        finishTurn(tx, {
+          ...ids,
+          text,
+          usage,
+          charge: this.chargeOf(ctx, plan, ids.assistantMessageId),
+          end,
+        }),
+      );
     try {
       const stream = await this.startModel(ctx, plan, abort.signal, watchdog);
       let failure: unknown = null;
@@ -295,61 +314,32 @@ export class TurnRunner {
         usage.outputTokens = total.outputTokens ?? usage.outputTokens;
       }
 
-      const row = await db.transaction(async (tx) => {
-        const credits = await chargeUsage(tx, this.chargeOf(ctx, plan, ids.assistantMessageId, usage));
-        const [updated] = await tx
-          .update(chatMessages)
-          .set({
-            content: text,
-            status: 'completed',
-            inputTokens: usage.inputTokens,
-            outputTokens: usage.outputTokens,
-            credits,
-            // A reply is created when it is complete; history order stays by id.
-            createdAt: sql`now()`,
-            completedAt: sql`now()`,
-          })
-          .where(eq(chatMessages.id, ids.assistantMessageId))
-          .returning();
-        await releaseTurnLease(tx, ids.turnId, 'completed');
-        return updated;
-      });
+      const row = await finish({ kind: 'completed' });
       // The stored row is at hand: read it back only when tool executions belong in the view.
       const message = usedTools ? await messageView(db, ids.assistantMessageId) : presentMessage(row);
-      await publish({
-        name: 'done',
-        data: options.announceChat ? { message, chat: options.announceChat } : { message },
-      });
+      await publish(chatDone(message, options.announceChat));
       return { status: 'completed', message };
     } catch (err) {
       const failure = describeFailure(err);
       if (failure instanceof TurnCancelled) {
-        const message = await this.recordCancellation(ctx, plan, ids, text, usage).catch((recordErr) => {
-          log.error({ err: recordErr }, 'could not record the cancelled turn');
-          return null;
-        });
+        const message = await finish({ kind: 'cancelled' })
+          .then(() => messageView(db, ids.assistantMessageId))
+          .catch((recordErr) => {
+            log.error({ err: recordErr }, 'could not record the cancelled turn');
+            return null;
+          });
         if (message) {
           log.info('chat turn cancelled by request');
-          await publish({
-            name: 'done',
-            data: options.announceChat ? { message, chat: options.announceChat } : { message },
-          });
+          await publish(chatDone(message, options.announceChat));
           return { status: 'completed', message };
         }
       }
       log[failure.cancelled ? 'warn' : 'error']({ err }, 'chat turn failed');
-      await this.recordFailure(ctx, plan, ids, text, usage, failure).catch((recordErr) =>
+      await finish({ kind: 'failed', failure }).catch((recordErr) =>
         log.error({ err: recordErr }, 'could not record the failed turn'),
       );
       const error = new ApiError(500, failure.code, failure.message);
-      await publish({
-        name: 'error',
-        data: {
-          message: error.message,
-          code: error.status,
-          ...(options.announceChat ? { chat: options.announceChat } : {}),
-        },
-      });
+      await publish(chatError(error.message, error.status, options.announceChat));
       return { status: 'failed', error };
     } finally {
       watchdog.stop();
@@ -361,7 +351,7 @@ export class TurnRunner {
   private async startModel(ctx: ServiceContext, plan: TurnPlan, signal: AbortSignal, watchdog: IdleWatchdog) {
     const { database, families, settings } = this.deps;
     const db = database.db;
-    const model: LanguageModelV3 = languageModelOf(ctx, plan.configuration);
+    const model = ctx.models.languageModel(plan.configuration);
     const scope: ToolScope = {
       ctx,
       projectId: plan.project.id,
@@ -398,82 +388,17 @@ export class TurnRunner {
     });
   }
 
-  private chargeOf(ctx: ServiceContext, plan: TurnPlan, messageId: number, usage: Usage) {
+  private chargeOf(ctx: ServiceContext, plan: TurnPlan, messageId: number) {
     return {
       organizationId: ctx.principal.organizationId,
       projectId: plan.project.id,
       apiKeyId: ctx.principal.keyId,
       modelConfigurationId: plan.configuration.id,
-      usage,
       prices: {
         creditsPer1kInputTokens: Number(plan.configuration.creditsPer1kInputTokens),
         creditsPer1kOutputTokens: Number(plan.configuration.creditsPer1kOutputTokens),
       },
       reference: `message:${messageId}`,
     };
-  }
-
-  /**
-   * A reply stopped by a cancel request stays in history as far as it got, marked cancelled and
-   * charged for what the model reported; the chat is free again.
-   */
-  private async recordCancellation(
-    ctx: ServiceContext,
-    plan: TurnPlan,
-    ids: { turnId: number; assistantMessageId: number },
-    text: string,
-    usage: Usage,
-  ): Promise<MessageView> {
-    const db = this.deps.database.db;
-    await db.transaction(async (tx) => {
-      const credits = await chargeUsage(tx, this.chargeOf(ctx, plan, ids.assistantMessageId, usage));
-      await tx
-        .update(chatMessages)
-        .set({
-          content: text,
-          status: 'cancelled',
-          error: null,
-          inputTokens: usage.inputTokens,
-          outputTokens: usage.outputTokens,
-          credits,
-          createdAt: sql`now()`,
-          completedAt: sql`now()`,
-        })
-        .where(eq(chatMessages.id, ids.assistantMessageId));
-      await releaseTurnLease(tx, ids.turnId, 'cancelled');
-    });
-    return messageView(db, ids.assistantMessageId);
-  }
-
-  /** The failed reply stays for audit (with what it cost); both messages leave the history. */
-  private async recordFailure(
-    ctx: ServiceContext,
-    plan: TurnPlan,
-    ids: { turnId: number; userMessageId: number; assistantMessageId: number },
-    text: string,
-    usage: Usage,
-    failure: TurnFailure,
-  ): Promise<void> {
-    const status = failure.cancelled ? 'cancelled' : 'failed';
-    await this.deps.database.db.transaction(async (tx) => {
-      const spent = usage.inputTokens > 0 || usage.outputTokens > 0;
-      const credits = spent
-        ? await chargeUsage(tx, this.chargeOf(ctx, plan, ids.assistantMessageId, usage))
-        : 0;
-      await tx
-        .update(chatMessages)
-        .set({
-          content: text,
-          status,
-          error: failure.message,
-          inputTokens: usage.inputTokens,
-          outputTokens: usage.outputTokens,
-          credits,
-          completedAt: sql`now()`,
-        })
-        .where(eq(chatMessages.id, ids.assistantMessageId));
-      await tx.update(chatMessages).set({ status }).where(eq(chatMessages.id, ids.userMessageId));
-      await releaseTurnLease(tx, ids.turnId, status);
-    });
   }
 }

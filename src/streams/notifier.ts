@@ -1,6 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify';
 import pg from 'pg';
-import type { Database } from '../../db/client.js';
+import type { Database } from '../db/client.js';
 
 type Handler = (payload: string) => void;
 

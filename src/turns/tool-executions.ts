@@ -1,7 +1,7 @@
-import type { Queryable } from '../../db/client.js';
-import { toolExecutions } from '../../db/schema/index.js';
-import type { TurnEvent } from './turn-events.js';
-import { errorMessage } from './turn-failure.js';
+import type { Queryable } from '../db/client.js';
+import { toolExecutions } from '../db/schema/index.js';
+import type { TurnEvent } from '../streams/protocol.js';
+import { errorMessage } from './failure.js';
 
 /** A finished tool call as the SDK's stream reports it. */
 export interface FinishedToolCall {

@@ -1,7 +1,7 @@
 import { and, eq, inArray, lt, sql } from 'drizzle-orm';
-import type { Queryable } from '../../db/client.js';
-import { type ChatTurnStatus, chatMessages, chatTurns } from '../../db/schema/index.js';
-import { conflict } from '../../http/errors.js';
+import type { Queryable } from '../db/client.js';
+import { type ChatTurnStatus, chatMessages, chatTurns } from '../db/schema/index.js';
+import { conflict } from '../http/errors.js';
 
 /**
  * The one-turn-per-chat rule (spec 8), held in the database so it spans processes: a `running`

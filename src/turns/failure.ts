@@ -1,6 +1,6 @@
 import { APICallError } from '@ai-sdk/provider';
 import { RetryError } from 'ai';
-import { ApiError, toApiError } from '../../http/errors.js';
+import { ApiError, toApiError } from '../http/errors.js';
 
 /** Why a turn failed, as the client will read it (an `error` event or a 500 body). */
 export class TurnFailure extends Error {

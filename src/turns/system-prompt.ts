@@ -1,10 +1,6 @@
 import { and, eq, isNull } from 'drizzle-orm';
-import type { Queryable } from '../../db/client.js';
-import { agentSkills, skills } from '../../db/schema/index.js';
-import type { ProjectRow } from '../projects/access.js';
-import type { AgentRow } from './access.js';
-
-export type SkillRow = typeof skills.$inferSelect;
+import type { Queryable } from '../db/client.js';
+import { type AgentRow, agentSkills, type ProjectRow, type SkillRow, skills } from '../db/schema/index.js';
 
 export interface SystemPromptParts {
   project: Pick<ProjectRow, 'name' | 'overview'>;

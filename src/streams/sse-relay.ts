@@ -1,5 +1,6 @@
-import type { SseStream } from '../../http/sse.js';
-import { isFinalEvent, type StreamEnd, type StreamEvent, type StreamListener } from './stream-hub.js';
+import type { SseStream } from '../http/sse.js';
+import { isFinalEvent } from './protocol.js';
+import type { StreamEnd, StreamEvent, StreamListener } from './stream-hub.js';
 
 export interface NamedEvent {
   name: string;

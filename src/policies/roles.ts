@@ -1,5 +1,5 @@
-import type { Principal } from './auth.js';
-import { forbidden } from './errors.js';
+import type { Principal } from '../core/principal.js';
+import { forbidden } from '../http/errors.js';
 
 /** Organization keys and admin users manage the organization; members only use it. */
 export function requireAdmin(principal: Principal): void {

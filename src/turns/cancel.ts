@@ -1,36 +1,10 @@
-import { and, desc, eq, gt, sql } from 'drizzle-orm';
-import type { Queryable } from '../../db/client.js';
-import { chats, chatTurns } from '../../db/schema/index.js';
-import type { ServiceContext } from '../../http/context.js';
-import { ApiError, conflict } from '../../http/errors.js';
-import { presentChat } from './presenter.js';
-import type { ChatView, MessageView } from './schemas.js';
-import { turnIdOfStreamKey } from './stored-turn-events.js';
-import type { TurnEventHub } from './turn-events.js';
-
-/** How long after its end a turn's stream can still be reattached with GET /chats/:id/stream. */
-export const REATTACH_WINDOW_MINUTES = 10;
-
-export interface AttachableTurn {
-  id: number;
-  running: boolean;
-}
-
-/** The chat's turn in progress, or its last one if it ended less than 10 minutes ago. */
-export async function attachableTurn(db: Queryable, chatId: number): Promise<AttachableTurn | null> {
-  const [turn] = await db
-    .select({
-      id: chatTurns.id,
-      running: sql<boolean>`${chatTurns.status} = 'running' and ${chatTurns.leaseExpiresAt} > now()`,
-      recent: sql<boolean>`coalesce(${chatTurns.finishedAt} > now() - make_interval(mins => ${REATTACH_WINDOW_MINUTES}), false)`,
-    })
-    .from(chatTurns)
-    .where(eq(chatTurns.chatId, chatId))
-    .orderBy(desc(chatTurns.id))
-    .limit(1);
-  if (!turn || !(turn.running || turn.recent)) return null;
-  return { id: turn.id, running: turn.running };
-}
+import { and, eq, gt, sql } from 'drizzle-orm';
+import type { ServiceContext } from '../core/context.js';
+import { chatTurns } from '../db/schema/index.js';
+import { ApiError, conflict } from '../http/errors.js';
+import type { MessageView } from '../modules/chats/schemas.js';
+import type { StreamHub } from '../streams/stream-hub.js';
+import { asTurnEvent, turnStreamKey } from './events.js';
 
 /**
  * Marks the chat's live turn as to be cancelled (the process running it reads the mark at its
@@ -57,11 +31,7 @@ export async function requestTurnCancel(ctx: ServiceContext, chatId: number): Pr
  * Waits for a cancelled turn's last event, wherever it runs: `done` carries the message as far as
  * it got. A turn that failed meanwhile, or whose process stopped, is no longer running (409).
  */
-export function awaitCancelledTurn(
-  hub: TurnEventHub,
-  turnId: number,
-  timeoutMs: number,
-): Promise<MessageView> {
+export function awaitCancelledTurn(hub: StreamHub, turnId: number, timeoutMs: number): Promise<MessageView> {
   return new Promise((resolve, reject) => {
     let settled = false;
     let unsubscribe: (() => void) | null = null;
@@ -85,10 +55,9 @@ export function awaitCancelledTurn(
         ),
       timeoutMs,
     );
-    unsubscribe = hub.subscribe(
-      turnId,
-      0,
-      (event) => {
+    unsubscribe = hub.subscribe(turnStreamKey(turnId), 0, {
+      onEvent: (stored) => {
+        const event = asTurnEvent(stored);
         if (event.name === 'done') settle(() => resolve(event.data.message));
         else if (event.name === 'error')
           settle(() =>
@@ -100,7 +69,7 @@ export function awaitCancelledTurn(
             ),
           );
       },
-      (reason) => {
+      onEnd: (reason) => {
         if (reason === 'ended') return;
         settle(() =>
           reject(
@@ -111,19 +80,7 @@ export function awaitCancelledTurn(
           ),
         );
       },
-    );
+    });
     if (settled) unsubscribe();
   });
-}
-
-/** The chat a chat-turn stream belongs to (for the `chat` of a create's events). */
-export async function chatOfStream(ctx: ServiceContext, ref: string): Promise<ChatView | undefined> {
-  const turnId = turnIdOfStreamKey(ref);
-  if (turnId === null) return undefined;
-  const [row] = await ctx.db
-    .select({ chat: chats })
-    .from(chatTurns)
-    .innerJoin(chats, eq(chats.id, chatTurns.chatId))
-    .where(and(eq(chatTurns.id, turnId), eq(chats.organizationId, ctx.principal.organizationId)));
-  return row ? presentChat(row.chat) : undefined;
 }

@@ -1,7 +1,8 @@
 import { and, eq, exists, isNull, type SQL, sql } from 'drizzle-orm';
-import type { Queryable } from '../../db/client.js';
-import { groupMembers, projectGroups, projects } from '../../db/schema/index.js';
-import type { OrgPrincipal } from '../../http/auth.js';
+import type { OrgPrincipal } from '../core/principal.js';
+import type { Queryable } from '../db/client.js';
+import { groupMembers, type ProjectRow, projectGroups, projects } from '../db/schema/index.js';
+import { ApiError, notFound } from '../http/errors.js';
 
 /**
  * The one rule for "may this key use this project": organization keys and admin users reach every
@@ -20,8 +21,6 @@ export function sharesGroupWithUser(userId: number): SQL {
         where ${projectGroups.projectId} = ${projects.id} and ${groupMembers.userId} = ${userId})`,
   );
 }
-
-export type ProjectRow = typeof projects.$inferSelect;
 
 /**
  * Looks a project up for a principal. `missing`: no such project in the organization (or deleted);
@@ -50,4 +49,30 @@ export async function findProjectFor(
       ),
     );
   return row ? { project: row.project, allowed: Boolean(row.allowed) } : null;
+}
+
+/**
+ * The project a chat turn runs in. Spec 5 and 7.1: unknown -> 404, not allowed for the key's user
+ * -> 401. Archived projects are read-only for chats: no new chats or turns (404 `project_archived`).
+ */
+export async function usableProject(
+  db: Queryable,
+  principal: OrgPrincipal,
+  projectId: number,
+): Promise<ProjectRow> {
+  const found = await findProjectFor(db, principal, projectId);
+  if (!found) throw notFound('Project');
+  if (!found.allowed)
+    throw new ApiError(
+      401,
+      'project_access_denied',
+      `This key's user has no permission to project ${projectId}`,
+    );
+  if (found.project.archivedAt !== null)
+    throw new ApiError(
+      404,
+      'project_archived',
+      `Project ${projectId} is archived: its chats stay readable but it accepts no new chats or messages`,
+    );
+  return found.project;
 }

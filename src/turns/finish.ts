@@ -1,0 +1,64 @@
+import { eq, sql } from 'drizzle-orm';
+import type { Queryable } from '../db/client.js';
+import { chatMessages, type MessageRow } from '../db/schema/index.js';
+import { chargeUsage, type Usage } from '../modules/credits/service.js';
+import type { TurnFailure } from './failure.js';
+import { releaseTurnLease } from './lease.js';
+
+/**
+ * How a turn ended. `completed` and `cancelled` (by a cancel request) keep the reply in history,
+ * as far as it got, charged for what the model reported. `failed` (an error, or the server
+ * stopping: `failure.cancelled`) keeps both messages for audit, out of history.
+ */
+export type TurnEnd =
+  | { kind: 'completed' }
+  | { kind: 'cancelled' }
+  | { kind: 'failed'; failure: TurnFailure };
+
+export interface TurnOutcomeRecord {
+  turnId: number;
+  userMessageId: number;
+  assistantMessageId: number;
+  /** The reply as far as it got. */
+  text: string;
+  usage: Usage;
+  /** The ledger row's fields besides the usage. */
+  charge: Omit<Parameters<typeof chargeUsage>[1], 'usage'>;
+  end: TurnEnd;
+}
+
+/**
+ * Writes a turn's result, inside the caller's transaction: the assistant message, the charge and
+ * the released lease (the chat takes messages again). Returns the assistant message's row.
+ */
+export async function finishTurn(tx: Queryable, outcome: TurnOutcomeRecord): Promise<MessageRow> {
+  const { end, usage } = outcome;
+  const failed = end.kind === 'failed';
+  const status =
+    end.kind === 'completed'
+      ? 'completed'
+      : end.kind === 'cancelled' || end.failure.cancelled
+        ? 'cancelled'
+        : 'failed';
+  // A failed turn is charged only when the model reported usage; a finished one always gets its ledger row.
+  const spent = usage.inputTokens > 0 || usage.outputTokens > 0;
+  const credits = !failed || spent ? await chargeUsage(tx, { ...outcome.charge, usage }) : 0;
+  const [row] = await tx
+    .update(chatMessages)
+    .set({
+      content: outcome.text,
+      status,
+      error: failed ? end.failure.message : null,
+      inputTokens: usage.inputTokens,
+      outputTokens: usage.outputTokens,
+      credits,
+      // A reply in history is created when it is complete; history order stays by id.
+      ...(failed ? {} : { createdAt: sql`now()` }),
+      completedAt: sql`now()`,
+    })
+    .where(eq(chatMessages.id, outcome.assistantMessageId))
+    .returning();
+  if (failed) await tx.update(chatMessages).set({ status }).where(eq(chatMessages.id, outcome.userMessageId));
+  await releaseTurnLease(tx, outcome.turnId, status);
+  return row;
+}
