@@ -1,10 +1,10 @@
 import { type Static, Type } from '@sinclair/typebox';
 import { Nullable, Timestamp } from '../../http/schemas.js';
 
+// Not `format: 'uuid'`: an id of any other form names no request, which is a 404, not a 400.
 export const AsyncRequestParams = Type.Object({
   id: Type.String({
-    format: 'uuid',
-    description: 'The api_async_create_event_id of a fire-and-forget request',
+    description: 'The api_async_create_event_id (a UUID) of a fire-and-forget request',
   }),
 });
 export type AsyncRequestParams = Static<typeof AsyncRequestParams>;

@@ -116,7 +116,11 @@ export async function acceptRefinement(
   };
 }
 
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
 export async function getAsyncRequest(ctx: ServiceContext, id: string): Promise<AsyncRequestRow> {
+  // The column is a uuid: an id of another form names no request (and must not reach the cast).
+  if (!UUID.test(id)) throw notFound('Async request');
   const [row] = await ctx.db
     .select()
     .from(asyncRequests)
