@@ -9,6 +9,7 @@ import { authenticate } from './http/auth.js';
 import type { AppDeps } from './http/context.js';
 import { ApiError, sendError } from './http/errors.js';
 import { registerIdempotency } from './http/idempotency.js';
+import { openApiOptions, referencePageOptions } from './http/openapi.js';
 import { validatorCompiler } from './http/validation.js';
 import { agentRoutes } from './modules/agents/routes.js';
 import { apiKeyRoutes } from './modules/api-keys/routes.js';
@@ -90,20 +91,8 @@ export async function buildApp(deps: AppDeps, options: BuildOptions = {}): Promi
     reply.header('x-request-id', request.id);
   });
 
-  await app.register(swagger, {
-    openapi: {
-      openapi: '3.1.0',
-      info: {
-        title: 'Scriptorium API',
-        version: '1.0.0',
-        description:
-          'Chats (v2), artifacts, knowledge base and management (v1). Every /api request carries Authorization: Bearer <API_KEY>.',
-      },
-      components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
-      security: [{ bearer: [] }],
-    },
-  });
-  await app.register(swaggerUi, { routePrefix: '/docs' });
+  await app.register(swagger, openApiOptions(config));
+  await app.register(swaggerUi, referencePageOptions);
 
   const redis = config.redisUrl
     ? new Redis(config.redisUrl, { maxRetriesPerRequest: 1, lazyConnect: false })

@@ -149,6 +149,9 @@ export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/artifact_types/:artifact_type_slug/artifacts',
     {
       schema: {
+        operationId: 'generateArtifact',
+        description:
+          "Runs a skill of the artifact type and answers with the stored artifact (201). With `fire_and_forget: true` it answers 200 at once with an `api_async_create_event_id`; the result is sent to the project's webhooks.",
         tags,
         summary: 'Generate an artifact (blocking)',
         params: ArtifactTypeParams,
@@ -178,6 +181,9 @@ export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/artifact_types/:artifact_type_slug/artifacts/stream',
     {
       schema: {
+        operationId: 'streamArtifactGeneration',
+        description:
+          'Like the blocking generation, answered as `text/event-stream`: `content` events carry the text as it is written, then `done` carries the stored artifact, or `error` ends the stream.',
         tags,
         summary: 'Generate an artifact (Server-Sent Events)',
         params: ArtifactTypeParams,
@@ -204,6 +210,9 @@ export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/artifact_types/:artifact_type_slug/artifacts/:artifact_id/refine',
     {
       schema: {
+        operationId: 'refineArtifact',
+        description:
+          'Rewrites an artifact following the instructions and stores the result as a new artifact (200). With `fire_and_forget: true` it answers at once; the result is sent to webhooks.',
         tags,
         summary: 'Refine an artifact (blocking)',
         params: ArtifactParams,
@@ -228,6 +237,9 @@ export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/artifact_types/:artifact_type_slug/artifacts/:artifact_id/refine_stream',
     {
       schema: {
+        operationId: 'streamArtifactRefinement',
+        description:
+          'Like the blocking refinement, answered as `text/event-stream` (`content`, then `done` or `error`).',
         tags,
         summary: 'Refine an artifact (Server-Sent Events)',
         params: ArtifactParams,
@@ -249,6 +261,9 @@ export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/artifact_types/:artifact_type_slug/artifacts/:artifact_id',
     {
       schema: {
+        operationId: 'getArtifact',
+        description:
+          'An artifact of a project the calling key may use, with its content and public share URL.',
         tags,
         summary: 'Get an artifact',
         params: ArtifactParams,
@@ -265,6 +280,9 @@ export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/artifact_types/:artifact_type_slug/artifacts/:artifact_id',
     {
       schema: {
+        operationId: 'updateArtifact',
+        description:
+          'Replaces the title or content by hand; `manually_edited` turns true when the content changes.',
         tags,
         summary: 'Edit an artifact (manually_edited turns true when the content changes)',
         params: ArtifactParams,
@@ -283,6 +301,8 @@ export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/artifact_types/:artifact_type_slug/artifacts/:artifact_id',
     {
       schema: {
+        operationId: 'deleteArtifact',
+        description: 'Deletes the artifact; its share page answers 404 afterwards.',
         tags,
         summary: 'Delete an artifact',
         params: ArtifactParams,

@@ -20,6 +20,7 @@ export async function messageRoutes(parent: FastifyInstance, runtime: ChatRuntim
     '/chats/:id/messages',
     {
       schema: {
+        operationId: 'sendMessage',
         tags,
         summary: 'Send a message; one turn at a time per chat (409 otherwise)',
         description:
@@ -54,6 +55,8 @@ export async function messageRoutes(parent: FastifyInstance, runtime: ChatRuntim
     '/chats/:id/messages',
     {
       schema: {
+        operationId: 'listMessages',
+        description: "The chat's messages with their tool executions, oldest first. Paginated.",
         tags,
         summary: 'Read history, oldest first',
         params: IdParams,

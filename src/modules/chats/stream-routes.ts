@@ -55,6 +55,7 @@ export async function streamRoutes(parent: FastifyInstance, runtime: ChatRuntime
     '/chats/:id/stream',
     {
       schema: {
+        operationId: 'streamChat',
         tags,
         summary: "Reattach to the chat's turn stream",
         description: `Streams the chat's turn in progress, or its last one for ${REATTACH_WINDOW_MINUTES} minutes after it ended: from its first event, or after the \`Last-Event-ID\` header or \`?after=\`, then live until \`done\` or \`error\`. Works from any server process. 204 when there is nothing to attach to (no turn, or every event already received).`,
@@ -88,6 +89,7 @@ export async function streamRoutes(parent: FastifyInstance, runtime: ChatRuntime
     '/chats/:id/cancel',
     {
       schema: {
+        operationId: 'cancelChatTurn',
         tags,
         summary: "Stop the chat's turn in progress",
         description:
