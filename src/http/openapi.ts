@@ -28,7 +28,13 @@ export const OPENAPI_TAGS = [
 ];
 
 /** Operations whose stream a repeat may resume with `Last-Event-ID` (see docs/decisions.md). */
-const RESUMABLE = new Set(['streamChat']);
+const RESUMABLE = new Set([
+  'streamChat',
+  'createChat',
+  'sendMessage',
+  'streamArtifactGeneration',
+  'streamArtifactRefinement',
+]);
 
 /** Names of the shared error responses (`V1NotFound`, `V2Conflict`...). */
 const STATUS_NAME: Record<string, string> = {

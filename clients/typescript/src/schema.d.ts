@@ -2476,6 +2476,8 @@ export interface operations {
             header?: {
                 /** @description Makes the POST safe to retry for 24 hours: a repeat with the same body gets the first answer (a streamed one reattaches to the same stream); a different body is 422, a repeat while the first runs is 409. */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+                /** @description Resume a stream after this event id. On a POST it applies only to an idempotent repeat (same Idempotency-Key and body); a new POST always starts a new turn. */
+                "Last-Event-ID"?: components["parameters"]["LastEventId"];
             };
             path?: never;
             cookie?: never;
@@ -2617,6 +2619,8 @@ export interface operations {
             header?: {
                 /** @description Makes the POST safe to retry for 24 hours: a repeat with the same body gets the first answer (a streamed one reattaches to the same stream); a different body is 422, a repeat while the first runs is 409. */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+                /** @description Resume a stream after this event id. On a POST it applies only to an idempotent repeat (same Idempotency-Key and body); a new POST always starts a new turn. */
+                "Last-Event-ID"?: components["parameters"]["LastEventId"];
             };
             path: {
                 id: number;
@@ -2787,6 +2791,8 @@ export interface operations {
             header?: {
                 /** @description Makes the POST safe to retry for 24 hours: a repeat with the same body gets the first answer (a streamed one reattaches to the same stream); a different body is 422, a repeat while the first runs is 409. */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+                /** @description Resume a stream after this event id. On a POST it applies only to an idempotent repeat (same Idempotency-Key and body); a new POST always starts a new turn. */
+                "Last-Event-ID"?: components["parameters"]["LastEventId"];
             };
             path: {
                 /** @description Slug of the artifact type */
@@ -2864,6 +2870,8 @@ export interface operations {
             header?: {
                 /** @description Makes the POST safe to retry for 24 hours: a repeat with the same body gets the first answer (a streamed one reattaches to the same stream); a different body is 422, a repeat while the first runs is 409. */
                 "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+                /** @description Resume a stream after this event id. On a POST it applies only to an idempotent repeat (same Idempotency-Key and body); a new POST always starts a new turn. */
+                "Last-Event-ID"?: components["parameters"]["LastEventId"];
             };
             path: {
                 /** @description Slug of the artifact type */

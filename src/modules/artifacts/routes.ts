@@ -133,9 +133,15 @@ const lostEvent = () => ({
   ),
 });
 
-/** A repeat of a streaming request (same Idempotency-Key and body): its first stream again, from the start. */
-function reattach(reply: FastifyReply, hub: StreamHub, key: string) {
-  return relayStream(new SseStream(reply), (listener) => hub.subscribe(key, 0, listener), { lostEvent });
+/**
+ * A repeat of a streaming request (same Idempotency-Key and body): its first stream again, from
+ * the start or after the repeat's Last-Event-ID.
+ */
+function reattach(reply: FastifyReply, hub: StreamHub, key: string, after: number) {
+  return relayStream(new SseStream(reply), (listener) => hub.subscribe(key, after, listener), {
+    lostEvent,
+    afterSeq: after,
+  });
 }
 
 export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
@@ -194,7 +200,8 @@ export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     async (request, reply) => {
       const ctx = contextOf(request);
-      if (request.idempotencyStream) return reattach(reply, hub, request.idempotencyStream);
+      if (request.idempotencyStream)
+        return reattach(reply, hub, request.idempotencyStream, request.idempotencyStreamAfter);
       const prepared = await prepareGeneration(
         ctx,
         generateInput(request.params, request.query, request.body),
@@ -249,7 +256,8 @@ export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     async (request, reply) => {
       const ctx = contextOf(request);
-      if (request.idempotencyStream) return reattach(reply, hub, request.idempotencyStream);
+      if (request.idempotencyStream)
+        return reattach(reply, hub, request.idempotencyStream, request.idempotencyStreamAfter);
       const prepared = await prepareRefinement(ctx, refineInput(request.params, request.body));
       await streamWork(request, reply, hub, (onChunk) =>
         runRefinement(ctx, prepared, { onChunk, families: app.deps.toolFamilies }),

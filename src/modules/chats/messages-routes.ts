@@ -35,7 +35,13 @@ export async function messageRoutes(parent: FastifyInstance, runtime: ChatRuntim
       requireContent(content);
       const ctx = contextOf(request);
       if (request.idempotencyStream) {
-        await reattachStream(reply, runtime, request.idempotencyStream);
+        await reattachStream(
+          reply,
+          runtime,
+          request.idempotencyStream,
+          undefined,
+          request.idempotencyStreamAfter,
+        );
         return reply;
       }
       const plan = await prepareTurn(ctx, request.params.id);

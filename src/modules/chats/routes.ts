@@ -42,7 +42,13 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const repeated = request.idempotencyStream;
       if (repeated) {
         // The first request's chat and turn, not new ones.
-        await reattachStream(reply, runtime, repeated, () => chatOfStream(ctx, repeated));
+        await reattachStream(
+          reply,
+          runtime,
+          repeated,
+          () => chatOfStream(ctx, repeated),
+          request.idempotencyStreamAfter,
+        );
         return reply;
       }
       const { chat, plan } = await createChat(ctx, body);
