@@ -5,6 +5,7 @@ import { createSecretBox, resolveSecret } from './crypto/secret-box.js';
 import { isEmpty, migrateDatabase, openDatabase } from './db/client.js';
 import { createJobQueue } from './jobs/queue.js';
 import { registerWorkers } from './jobs/workers.js';
+import { firstStartBlock, portInUseMessage } from './modules/bootstrap/first-start.js';
 import { bootstrap, NotEmptyError } from './modules/bootstrap/service.js';
 
 async function main() {
@@ -26,6 +27,14 @@ async function main() {
   };
   const app = await buildApp(deps);
   queueLog.log = app.log;
+  // Bound before bootstrapping: a port in use must not cost the first start its keys. Requests that
+  // arrive meanwhile wait until start-up is complete (keys logged, workers running).
+  let startedUp!: () => void;
+  const startUp = new Promise<void>((resolve) => {
+    startedUp = resolve;
+  });
+  app.addHook('onRequest', () => startUp);
+  await app.listen({ port: config.port, host: config.host });
   if (secret.generated && database.kind === 'postgres') {
     app.log.warn(
       'SECRET_KEY is not set: using a key generated in DATA_DIR; set SECRET_KEY when several processes share the database',
@@ -37,6 +46,7 @@ async function main() {
       const keys = await bootstrap(database, deps);
       // The one time keys are logged: the first start of an empty database (DESIGN.md section 3).
       app.log.info({ bootstrap: keys }, 'Bootstrapped an empty database; these keys are shown only once');
+      if (process.stdout.isTTY) process.stdout.write(`${firstStartBlock(keys, config.publicBaseUrl)}\n`);
     } catch (err) {
       if (!(err instanceof NotEmptyError)) throw err;
     }
@@ -62,12 +72,15 @@ async function main() {
 
   await registerWorkers(deps, app.log);
   await jobs.start();
-  await app.listen({ port: config.port, host: config.host });
+  startedUp();
 }
 
 main().catch((err) => {
   if (err instanceof ConfigError) {
     console.error(`Configuration error: ${err.message}`);
+  } else if (err?.code === 'EADDRINUSE') {
+    const config = loadConfig();
+    console.error(portInUseMessage(config.host, config.port));
   } else {
     console.error(err instanceof Error ? (err.stack ?? err.message) : err);
   }
