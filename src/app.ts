@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import cors from '@fastify/cors';
 import rateLimit from '@fastify/rate-limit';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
@@ -93,6 +94,23 @@ export async function buildApp(deps: AppDeps, options: BuildOptions = {}): Promi
 
   await app.register(swagger, openApiOptions(config));
   await app.register(swaggerUi, referencePageOptions);
+  if (config.corsOrigins.length > 0) {
+    // Registered before authentication: a preflight (OPTIONS, no key) is answered by this hook.
+    await app.register(cors, {
+      origin: config.corsOrigins,
+      methods: ['GET', 'POST', 'PUT', 'DELETE'],
+      allowedHeaders: ['Authorization', 'Content-Type', 'Idempotency-Key', 'Last-Event-ID', 'X-Request-Id'],
+      exposedHeaders: [
+        'X-Request-Id',
+        'Retry-After',
+        'RateLimit-Limit',
+        'RateLimit-Remaining',
+        'RateLimit-Reset',
+        'Idempotent-Replayed',
+      ],
+      maxAge: 600,
+    });
+  }
 
   const redis = config.redisUrl
     ? new Redis(config.redisUrl, { maxRetriesPerRequest: 1, lazyConnect: false })
