@@ -239,7 +239,11 @@ export async function runAsyncRequest(deps: AppDeps, requestId: string, log: Fas
     config: deps.config,
     secrets: deps.secrets,
     principal: { ...row.principal, organizationId: row.organizationId },
-    log: log.child({ asyncRequestId: row.id }),
+    log: log.child({
+      organization_id: row.organizationId,
+      project_id: row.projectId,
+      api_async_create_event_id: row.id,
+    }),
   };
   const controller = new AbortController();
   const stopWatching = watchForCancel(deps, row.id, controller);
@@ -257,7 +261,11 @@ export async function runAsyncRequest(deps: AppDeps, requestId: string, log: Fas
     // A cancelled request has already been marked failed, with its event.
     if (controller.signal.aborted) return;
     const apiError = toApiError('v1', err);
-    if (apiError.status >= 500) ctx.log.error({ err }, 'fire-and-forget artifact request failed');
+    // Every failure is logged (the client sees only the webhook); ours at error level.
+    ctx.log[apiError.status >= 500 ? 'error' : 'warn'](
+      { err, status: apiError.status, code: apiError.code },
+      'fire-and-forget artifact request failed',
+    );
     await fail(deps, row, apiError.message);
     return;
   } finally {

@@ -220,7 +220,12 @@ export class TurnRunner {
   ): Promise<TurnOutcome> {
     const { database, settings, hub } = this.deps;
     const db = database.db;
-    const log = ctx.log.child({ chatId: plan.chat.id, turnId: ids.turnId });
+    const log = ctx.log.child({
+      organization_id: ctx.principal.organizationId,
+      project_id: plan.chat.projectId,
+      chat_id: plan.chat.id,
+      turn_id: ids.turnId,
+    });
     const publisher = new TurnPublisher(hub, ids.turnId);
     const publish: TurnPublisher['publish'] = (event) =>
       publisher
