@@ -10,7 +10,7 @@ export default defineConfig({
     maxWorkers: 3,
     testTimeout: 30_000,
     hookTimeout: 60_000,
-    include: ['test/**/*.test.ts'],
+    include: ['test/**/*.test.ts', 'clients/*/test/**/*.test.ts'],
     projects: backends.map((backend) => ({
       extends: true,
       test: { name: backend, env: { TEST_BACKEND: backend } },

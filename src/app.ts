@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import cors from '@fastify/cors';
 import rateLimit from '@fastify/rate-limit';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
@@ -9,6 +10,7 @@ import type { AppDeps } from './core/deps.js';
 import { authenticate } from './http/auth.js';
 import { ApiError, sendError } from './http/errors.js';
 import { registerIdempotency } from './http/idempotency.js';
+import { openApiOptions, referencePageOptions } from './http/openapi.js';
 import { validatorCompiler } from './http/validation.js';
 import { agentRoutes } from './modules/agents/routes.js';
 import { apiKeyRoutes } from './modules/api-keys/routes.js';
@@ -100,20 +102,25 @@ export async function buildApp(deps: AppDeps, options: BuildOptions = {}): Promi
     reply.header('x-request-id', request.id);
   });
 
-  await app.register(swagger, {
-    openapi: {
-      openapi: '3.1.0',
-      info: {
-        title: 'Scriptorium API',
-        version: '1.0.0',
-        description:
-          'Chats (v2), artifacts, knowledge base and management (v1). Every /api request carries Authorization: Bearer <API_KEY>.',
-      },
-      components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
-      security: [{ bearer: [] }],
-    },
-  });
-  await app.register(swaggerUi, { routePrefix: '/docs' });
+  await app.register(swagger, openApiOptions(config));
+  await app.register(swaggerUi, referencePageOptions);
+  if (config.corsOrigins.length > 0) {
+    // Registered before authentication: a preflight (OPTIONS, no key) is answered by this hook.
+    await app.register(cors, {
+      origin: config.corsOrigins,
+      methods: ['GET', 'POST', 'PUT', 'DELETE'],
+      allowedHeaders: ['Authorization', 'Content-Type', 'Idempotency-Key', 'Last-Event-ID', 'X-Request-Id'],
+      exposedHeaders: [
+        'X-Request-Id',
+        'Retry-After',
+        'RateLimit-Limit',
+        'RateLimit-Remaining',
+        'RateLimit-Reset',
+        'Idempotent-Replayed',
+      ],
+      maxAge: 600,
+    });
+  }
 
   const redis = config.redisUrl
     ? new Redis(config.redisUrl, { maxRetriesPerRequest: 1, lazyConnect: false })

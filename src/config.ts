@@ -24,6 +24,8 @@ export interface Config {
   /** A model silent this long fails the turn. */
   modelIdleTimeoutMs: number;
   logLevel: string;
+  /** Browser origins allowed to call the API (CORS); empty: CORS is off. */
+  corsOrigins: string[];
 }
 
 /** A bad environment value stops start-up with one line naming the variable. */
@@ -129,5 +131,31 @@ export function loadConfig(env: Env = process.env): Config {
     turnLeaseMs: integer(env, 'TURN_LEASE_MS', 60_000, 1000),
     modelIdleTimeoutMs: integer(env, 'MODEL_IDLE_TIMEOUT_MS', 120_000, 1000),
     logLevel,
+    corsOrigins: corsOrigins(env),
   };
+}
+
+/** `CORS_ORIGINS`: comma-separated origins (`https://app.example.com`), each exactly an origin. */
+function corsOrigins(env: Env): string[] {
+  const value = read(env, 'CORS_ORIGINS');
+  if (!value) return [];
+  return value
+    .split(',')
+    .map((item) => item.trim())
+    .filter(Boolean)
+    .map((item) => {
+      let origin: string | null = null;
+      try {
+        const parsed = new URL(item);
+        if (parsed.protocol === 'http:' || parsed.protocol === 'https:') origin = parsed.origin;
+      } catch {
+        // reported below
+      }
+      if (origin === null || origin !== item.replace(/\/$/, '')) {
+        throw new ConfigError(
+          `CORS_ORIGINS must be comma-separated origins like https://app.example.com, got "${item}"`,
+        );
+      }
+      return origin;
+    });
 }

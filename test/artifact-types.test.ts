@@ -82,6 +82,10 @@ describe('artifact types', () => {
     expect(await slugOf(own, 'Résumé Écrit & Co')).toBe('resume-ecrit-and-co');
     expect(await slugOf(own, '日本語')).toBe('artifact-type');
     expect(await slugOf(own, '???')).toBe('artifact-type-2');
+    // Alphanumeric runs stay whole, whatever their case (no split between letters and digits).
+    expect(await slugOf(own, 'Report e0526964443b Draft v2')).toBe('report-e0526964443b-draft-v2');
+    expect(await slugOf(own, 'Report E0526964443B Draft V2')).toBe('report-e0526964443b-draft-v2-2');
+    expect(await slugOf(own, 'FOO360bar QuarterlyReview')).toBe('foo360bar-quarterlyreview');
     // Another organization has its own slugs.
     expect(await slugOf(await createOrg(t), 'Weekly Report')).toBe('weekly-report');
   });

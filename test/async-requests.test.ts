@@ -303,7 +303,19 @@ describe('fire-and-forget generation', () => {
       'async_request_not_found',
     );
     expectV1Error(await call(t, 'GET', `/api/v1/async_requests/${randomUUID()}`, { key: s.org.orgKey }), 404);
-    expectV1Error(await call(t, 'GET', '/api/v1/async_requests/not-a-uuid', { key: s.org.orgKey }), 400);
+    // An unknown id is a 404 whatever its form.
+    for (const unknown of ['not-a-uuid', '12345', `${randomUUID()}x`]) {
+      expectV1Error(
+        await call(t, 'GET', `/api/v1/async_requests/${unknown}`, { key: s.org.orgKey }),
+        404,
+        'async_request_not_found',
+      );
+      expectV1Error(
+        await call(t, 'POST', `/api/v1/async_requests/${unknown}/cancel`, { key: s.org.orgKey }),
+        404,
+        'async_request_not_found',
+      );
+    }
   });
 });
 

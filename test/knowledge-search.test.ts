@@ -328,6 +328,13 @@ describe('embeddings', () => {
     fake = await startFakeModelServer({ embeddingDimensions: 16 });
     t = await buildTestApp();
     vectors = await t.deps.vectors.available();
+    if (!vectors && process.env.TEST_REQUIRE_PGVECTOR === '1') {
+      throw new Error(
+        'TEST_REQUIRE_PGVECTOR=1 but this PostgreSQL has no pgvector (../shared/tools/install-pgvector.sh)',
+      );
+    }
+    if (!vectors)
+      console.log('[notice] no pgvector on this PostgreSQL: vector and hybrid search checks are skipped.');
   });
   afterAll(async () => {
     await t.close();

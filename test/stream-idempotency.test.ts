@@ -87,13 +87,40 @@ describe('Idempotency-Key on streamed chat requests', () => {
     expect(await turnsOf(org)).toHaveLength(1);
     expect(server.chatRequests()).toHaveLength(1);
 
+    // A repeat with Last-Event-ID replays only what follows it (issue 16); a bad one is a 400.
+    const resumed = await readSse(url(second.baseUrl), {
+      key: org.orgKey,
+      body,
+      headers: { ...idem('create-1'), 'last-event-id': '27' },
+    });
+    expect(idsOf(resumed.events)).toEqual(range(28, 31));
+    expect(resumed.events).toEqual(repeat.events.slice(27));
+    expectV2Error(
+      await call(t, 'POST', '/api/v2/chats', {
+        key: org.orgKey,
+        body,
+        headers: { ...idem('create-1'), 'last-event-id': 'x' },
+      }),
+      400,
+    );
+    // Without an Idempotency-Key a POST is never resumed: Last-Event-ID is ignored, a new chat starts.
+    server.enqueue({ chunks: ['new'] });
+    const fresh = await readSse(url(t.baseUrl), {
+      key: org.orgKey,
+      body,
+      headers: { 'last-event-id': '27' },
+    });
+    expect(fresh.events.map((e) => e.event)).toEqual(['content', 'done']);
+    expect(await chatsOf(org)).toHaveLength(2);
+    expect(server.chatRequests()).toHaveLength(2);
+
     const mismatch = await call(t, 'POST', '/api/v2/chats', {
       key: org.orgKey,
       body: { ...body, content: 'Something else' },
       headers: idem('create-1'),
     });
     expectV2Error(mismatch, 422, 'idempotency_key_reused');
-    expect(await chatsOf(org)).toHaveLength(1);
+    expect(await chatsOf(org)).toHaveLength(2);
   });
 
   it('a repeated message reattaches instead of sending it twice', async () => {
@@ -276,6 +303,12 @@ describe('Idempotency-Key on artifact streams, and artifact usage', () => {
     expect(rows[0].content).toBe(chunks.join(''));
     const replay = await readSse(url(t.baseUrl), { key: org.orgKey, body, headers: idem('art-1') });
     expect(replay.events).toEqual(repeat.events);
+    const resumed = await readSse(url(second.baseUrl), {
+      key: org.orgKey,
+      body,
+      headers: { ...idem('art-1'), 'last-event-id': '18' },
+    });
+    expect(resumed.events).toEqual(repeat.events.slice(18));
     expect(server.chatRequests()).toHaveLength(1);
     expectV1Error(
       await call(t, 'POST', `/api/v1/artifact_types/${slug}/artifacts/stream?project_id=${org.projectId}`, {

@@ -33,6 +33,7 @@ export function registerIdempotency(app: FastifyInstance, options: { lockMs: num
   const { database, secrets } = app.deps;
   app.decorateRequest('idempotencyId', null);
   app.decorateRequest('idempotencyStream', null);
+  app.decorateRequest('idempotencyStreamAfter', 0);
 
   app.addHook('preHandler', async (request, reply) => {
     const key = request.headers[HEADER];
@@ -95,6 +96,7 @@ export function registerIdempotency(app: FastifyInstance, options: { lockMs: num
     }
     if (row.streamRef) {
       request.idempotencyStream = row.streamRef;
+      request.idempotencyStreamAfter = lastEventIdOf(request);
       return;
     }
     if (!row.expired) {
@@ -140,7 +142,25 @@ declare module 'fastify' {
   interface FastifyRequest {
     /** Set when this request repeats a streaming request: the stream to reattach to. */
     idempotencyStream: string | null;
+    /** With `idempotencyStream`: replay only the events after this id (the Last-Event-ID header; 0: all). */
+    idempotencyStreamAfter: number;
   }
+}
+
+/**
+ * The Last-Event-ID header as an event id (0 when absent). It matters only to a repeated idempotent
+ * streamed POST: a new POST always starts a new stream, whatever the header says.
+ */
+function lastEventIdOf(request: FastifyRequest): number {
+  const header = request.headers['last-event-id'];
+  if (header === undefined) return 0;
+  const value = (Array.isArray(header) ? header[0] : header).trim();
+  if (!/^\d{1,9}$/.test(value)) {
+    throw badRequest('Last-Event-ID must be the id of an event of this stream (a non-negative integer)', {
+      'Last-Event-ID': ['must be a non-negative integer'],
+    });
+  }
+  return Number(value);
 }
 
 /**

@@ -1,17 +1,23 @@
 import { type Static, Type } from '@sinclair/typebox';
+import { Defaulted } from './schemas.js';
 
 export const PageQuery = Type.Object({
-  page: Type.Integer({ minimum: 1, default: 1, description: '1-based page number' }),
-  page_size: Type.Integer({ minimum: 1, maximum: 100, default: 50, description: 'Items per page (max 100)' }),
+  page: Defaulted(Type.Integer({ minimum: 1, default: 1, description: '1-based page number' })),
+  page_size: Defaulted(
+    Type.Integer({ minimum: 1, maximum: 100, default: 50, description: 'Items per page (max 100)' }),
+  ),
 });
 export type PageQuery = Static<typeof PageQuery>;
 
-export const Pagination = Type.Object({
-  page: Type.Integer(),
-  page_size: Type.Integer(),
-  total_count: Type.Integer(),
-  total_pages: Type.Integer(),
-});
+export const Pagination = Type.Object(
+  {
+    page: Type.Integer(),
+    page_size: Type.Integer(),
+    total_count: Type.Integer(),
+    total_pages: Type.Integer(),
+  },
+  { title: 'Pagination' },
+);
 export type Pagination = Static<typeof Pagination>;
 
 export function pagination(query: PageQuery, totalCount: number): Pagination {

@@ -2,6 +2,16 @@ import { type TSchema, Type } from '@sinclair/typebox';
 
 export const Nullable = <T extends TSchema>(schema: T) => Type.Union([schema, Type.Null()]);
 
+/**
+ * A property with a `default`: optional in the JSON schema (so OpenAPI and generated clients may
+ * omit it), yet typed as present, because validation (`useDefaults`) fills it in before a
+ * handler runs.
+ */
+export const Defaulted = <T extends TSchema>(schema: T): T => {
+  if (schema.default === undefined) throw new Error('Defaulted() needs a schema with a default');
+  return Type.Optional(schema) as unknown as T;
+};
+
 export const Timestamp = Type.String({
   description: 'UTC, microsecond precision: YYYY-MM-DDTHH:MM:SS.ffffffZ',
 });
@@ -12,26 +22,32 @@ export const Id = (options: { description?: string } = {}) =>
 
 export const IdParams = Type.Object({ id: Id() });
 
-export const V1Error = Type.Object({
-  error: Type.Object({
-    message: Type.String(),
-    code: Type.String({ description: 'Stable snake_case identifier' }),
-    details: Type.Record(Type.String(), Type.Array(Type.String()), { description: 'Field -> messages' }),
-  }),
-});
-
-export const V2Error = Type.Object({
-  status: Type.Literal('error'),
-  response: Type.Object(
-    {
-      code: Type.Integer({ description: 'The HTTP status' }),
-      error: Type.String({ description: 'Stable snake_case identifier' }),
+export const V1Error = Type.Object(
+  {
+    error: Type.Object({
       message: Type.String(),
-      chat_id: Type.Optional(Type.Integer({ description: 'On a failed create: the chat that was kept' })),
-    },
-    { additionalProperties: true },
-  ),
-});
+      code: Type.String({ description: 'Stable snake_case identifier' }),
+      details: Type.Record(Type.String(), Type.Array(Type.String()), { description: 'Field -> messages' }),
+    }),
+  },
+  { title: 'V1Error' },
+);
+
+export const V2Error = Type.Object(
+  {
+    status: Type.Literal('error'),
+    response: Type.Object(
+      {
+        code: Type.Integer({ description: 'The HTTP status' }),
+        error: Type.String({ description: 'Stable snake_case identifier' }),
+        message: Type.String(),
+        chat_id: Type.Optional(Type.Integer({ description: 'On a failed create: the chat that was kept' })),
+      },
+      { additionalProperties: true },
+    ),
+  },
+  { title: 'V2Error' },
+);
 
 /** Route response schemas plus the v1 error statuses, so OpenAPI shows them. */
 export const v1Responses = <T extends Record<number, TSchema>>(success: T) => ({
@@ -57,7 +73,11 @@ export const v2Responses = <T extends Record<number, TSchema>>(success: T) => ({
   504: V2Error,
 });
 
-export const Message = Type.Object({ message: Type.String() });
+export const Message = Type.Object({ message: Type.String() }, { title: 'StatusMessage' });
 
-/** v2 success envelope. */
-export const ok = <T extends TSchema>(response: T) => Type.Object({ status: Type.Literal('ok'), response });
+/** v2 success envelope; named after its content (`ChatRead` -> `ChatReadResponse`) in OpenAPI. */
+export const ok = <T extends TSchema>(response: T) =>
+  Type.Object(
+    { status: Type.Literal('ok'), response },
+    response.title ? { title: `${response.title}Response` } : {},
+  );

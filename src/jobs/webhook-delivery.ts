@@ -1,4 +1,5 @@
 import { and, eq, gt, ne, sql } from 'drizzle-orm';
+import type { FastifyBaseLogger } from 'fastify';
 import { Webhook } from 'standardwebhooks';
 import type { Config } from '../config.js';
 import type { SecretBox } from '../crypto/secret-box.js';
@@ -28,6 +29,9 @@ export interface DeliveryDeps {
   secrets: SecretBox;
   jobs: JobQueue;
 }
+
+/** Where failed attempts are reported (a receiver's error is the customer's to fix: a warning). */
+type AttemptLog = Pick<FastifyBaseLogger, 'warn'>;
 
 export interface DeliverJob {
   deliveryId: number;
@@ -81,6 +85,9 @@ type Claim =
   | { kind: 'deferred' }
   | {
       kind: 'attempt';
+      organizationId: number;
+      projectId: number;
+      webhookId: number;
       messageId: string;
       eventName: string;
       eventData: Record<string, unknown>;
@@ -93,13 +100,19 @@ type Claim =
  * transaction, then record the outcome and, on failure, schedule the next attempt in the same
  * transaction. Returns what happened, for callers that attempt inline (the test endpoint).
  */
-export async function attemptDelivery(deps: DeliveryDeps, job: DeliverJob): Promise<Claim['kind']> {
+export async function attemptDelivery(
+  deps: DeliveryDeps,
+  job: DeliverJob,
+  log?: AttemptLog,
+): Promise<Claim['kind']> {
   const { db } = deps.database;
   const claim = await db.transaction(async (tx): Promise<Claim> => {
     const [row] = await tx
       .select({
         status: webhookDeliveries.status,
         seq: webhookDeliveries.scheduleSeq,
+        organizationId: webhookDeliveries.organizationId,
+        projectId: webhookDeliveries.projectId,
         webhookId: webhookDeliveries.webhookId,
         messageId: webhookDeliveries.messageId,
         eventName: webhookDeliveries.eventName,
@@ -143,6 +156,9 @@ export async function attemptDelivery(deps: DeliveryDeps, job: DeliverJob): Prom
       .where(eq(webhookDeliveries.id, job.deliveryId));
     return {
       kind: 'attempt',
+      organizationId: row.organizationId,
+      projectId: row.projectId,
+      webhookId: row.webhookId,
       messageId: row.messageId,
       eventName: row.eventName,
       eventData: row.eventData,
@@ -152,6 +168,21 @@ export async function attemptDelivery(deps: DeliveryDeps, job: DeliverJob): Prom
   if (claim.kind !== 'attempt') return claim.kind;
 
   const outcome = await send(deps, claim);
+  if (!outcome.ok) {
+    log?.warn(
+      {
+        organization_id: claim.organizationId,
+        project_id: claim.projectId,
+        webhook_id: claim.webhookId,
+        delivery_id: job.deliveryId,
+        webhook_message_id: claim.messageId,
+        event_name: claim.eventName,
+        status_code: outcome.statusCode,
+        error: outcome.error,
+      },
+      'webhook delivery attempt failed',
+    );
+  }
   await recordOutcome(deps, job, outcome);
   return 'attempt';
 }

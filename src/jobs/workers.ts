@@ -33,10 +33,10 @@ export async function registerWorkers(
     DELIVER_QUEUE,
     async (job) => {
       try {
-        await attemptDelivery(deps, job.data);
+        await attemptDelivery(deps, job.data, log);
       } catch (err) {
         log.error(
-          { err, deliveryId: job.data.deliveryId },
+          { err, queue: DELIVER_QUEUE, job_id: job.id, delivery_id: job.data.deliveryId },
           'webhook delivery job failed; pg-boss retries it',
         );
         throw err;
@@ -48,10 +48,39 @@ export async function registerWorkers(
   // Generations run for minutes: independent loops, so one long run does not hold up the next.
   await deps.jobs.work<AsyncArtifactJob>(
     ASYNC_ARTIFACT_QUEUE,
-    (job) => runAsyncRequest(deps, job.data.requestId, log),
+    (job) =>
+      logJobFailure(
+        log,
+        ASYNC_ARTIFACT_QUEUE,
+        job.id,
+        { api_async_create_event_id: job.data.requestId },
+        () => runAsyncRequest(deps, job.data.requestId, log),
+      ),
     { concurrency: deps.database.kind === 'postgres' ? 8 : 4 },
   );
   await deps.jobs.work<AsyncArtifactJob>(ASYNC_ARTIFACT_FAILED_QUEUE, (job) =>
-    failAbandonedRequest(deps, job.data.requestId),
+    logJobFailure(
+      log,
+      ASYNC_ARTIFACT_FAILED_QUEUE,
+      job.id,
+      { api_async_create_event_id: job.data.requestId },
+      () => failAbandonedRequest(deps, job.data.requestId),
+    ),
   );
+}
+
+/** A job handler that threw (pg-boss retries it): logged with its queue, job and request ids. */
+async function logJobFailure(
+  log: FastifyBaseLogger,
+  queue: string,
+  jobId: string,
+  ids: Record<string, unknown>,
+  run: () => Promise<void>,
+): Promise<void> {
+  try {
+    await run();
+  } catch (err) {
+    log.error({ err, queue, job_id: jobId, ...ids }, 'background job failed; pg-boss retries it');
+    throw err;
+  }
 }

@@ -6,9 +6,11 @@ const SLUG = /^[a-z0-9]+(?:-[a-z0-9]+)*$/;
 /**
  * DESIGN.md 4: lower-case ASCII words joined by hyphens. Names with nothing transliterable
  * (only punctuation, or scripts without a Latin reading) fall back to `fallback`.
+ * `decamelize` is off so that an alphanumeric run stays one word: "Draft E0526964443B" gives
+ * `draft-e0526964443b`, not `draft-e0526964443-b` (issue 16).
  */
 export function slugOf(name: string, fallback: string): string {
-  const slug = slugify(name, { separator: '-', lowercase: true })
+  const slug = slugify(name, { separator: '-', lowercase: true, decamelize: false })
     .slice(0, MAX_SLUG_LENGTH)
     .replace(/-+$/, '');
   return SLUG.test(slug) ? slug : fallback;

@@ -228,7 +228,12 @@ export class TurnRunner {
   ): Promise<TurnOutcome> {
     const { database, settings, streams } = this.deps;
     const db = database.db;
-    const log = ctx.log.child({ chatId: plan.chat.id, turnId: ids.turnId });
+    const log = ctx.log.child({
+      organization_id: ctx.principal.organizationId,
+      project_id: plan.chat.projectId,
+      chat_id: plan.chat.id,
+      turn_id: ids.turnId,
+    });
     const publisher = new StreamPublisher<TurnEvent>(streams, turnStreamKey(ids.turnId));
     const publish = (event: TurnEvent) =>
       publisher

@@ -42,6 +42,7 @@ const SERVICE_VARIABLES = [
   'TURN_LEASE_MS',
   'MODEL_IDLE_TIMEOUT_MS',
   'LOG_LEVEL',
+  'CORS_ORIGINS',
 ];
 
 function childEnv(env: Record<string, string>): NodeJS.ProcessEnv {

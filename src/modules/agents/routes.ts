@@ -13,6 +13,9 @@ export const agentRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/agents',
     {
       schema: {
+        operationId: 'listAgents',
+        description:
+          'Agents the calling key may use: every agent for organization keys and admins; for members, agents without groups and those sharing a group with them. Paginated.',
         tags,
         summary: 'Agents the key may use',
         querystring: PageQuery,
@@ -30,7 +33,17 @@ export const agentRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.post(
     '/agents',
-    { schema: { tags, body: CreateAgentBody, response: v1Responses({ 201: AgentResponse }) } },
+    {
+      schema: {
+        operationId: 'createAgent',
+        summary: 'Create an agent',
+        description:
+          'An agent bundles instructions, an optional model configuration, skills, tool families and groups; chats may name it with `agent_id`. Admins only.',
+        tags,
+        body: CreateAgentBody,
+        response: v1Responses({ 201: AgentResponse }),
+      },
+    },
     async (request, reply) => {
       const agent = await createAgent(contextOf(request), request.body);
       reply.status(201);
@@ -40,7 +53,16 @@ export const agentRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.get(
     '/agents/:id',
-    { schema: { tags, params: IdParams, response: v1Responses({ 200: AgentResponse }) } },
+    {
+      schema: {
+        operationId: 'getAgent',
+        summary: 'Get an agent',
+        description: 'One agent the calling key may use; 404 otherwise.',
+        tags,
+        params: IdParams,
+        response: v1Responses({ 200: AgentResponse }),
+      },
+    },
     async (request) => {
       const agent = await getAgent(contextOf(request), request.params.id);
       return { agent: presentAgent(agent.row, agent.links) };
@@ -51,6 +73,9 @@ export const agentRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/agents/:id',
     {
       schema: {
+        operationId: 'updateAgent',
+        summary: 'Update an agent',
+        description: 'Changes the given fields; omitted fields stay. Admins only.',
         tags,
         params: IdParams,
         body: UpdateAgentBody,
@@ -65,7 +90,16 @@ export const agentRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.delete(
     '/agents/:id',
-    { schema: { tags, params: IdParams, response: v1Responses({ 200: Message }) } },
+    {
+      schema: {
+        operationId: 'deleteAgent',
+        summary: 'Delete an agent',
+        description: 'The agent can no longer be named by new chats. Admins only.',
+        tags,
+        params: IdParams,
+        response: v1Responses({ 200: Message }),
+      },
+    },
     async (request) => {
       await deleteAgent(contextOf(request), request.params.id);
       return { message: 'Agent deleted' };

@@ -5,19 +5,22 @@ import { Id, Nullable, Timestamp } from '../../http/schemas.js';
 
 export const AGENT_TOOLS: readonly AgentTool[] = ['knowledge', 'artifacts', 'skills', 'integrations'];
 
-export const Agent = Type.Object({
-  id: Type.Integer(),
-  name: Type.String(),
-  instructions: Type.String(),
-  model_configuration_id: Nullable(
-    Type.Integer({ description: 'Pinned model; null uses the chat or default model' }),
-  ),
-  skill_ids: Type.Array(Type.Integer()),
-  group_ids: Type.Array(Type.Integer(), { description: 'Empty: every user may use the agent' }),
-  tools: Type.Array(Type.String(), { description: `Enabled tool families: ${AGENT_TOOLS.join(', ')}` }),
-  created_at: Timestamp,
-  updated_at: Timestamp,
-});
+export const Agent = Type.Object(
+  {
+    id: Type.Integer(),
+    name: Type.String(),
+    instructions: Type.String(),
+    model_configuration_id: Nullable(
+      Type.Integer({ description: 'Pinned model; null uses the chat or default model' }),
+    ),
+    skill_ids: Type.Array(Type.Integer()),
+    group_ids: Type.Array(Type.Integer(), { description: 'Empty: every user may use the agent' }),
+    tools: Type.Array(Type.String(), { description: `Enabled tool families: ${AGENT_TOOLS.join(', ')}` }),
+    created_at: Timestamp,
+    updated_at: Timestamp,
+  },
+  { title: 'Agent' },
+);
 export type Agent = Static<typeof Agent>;
 
 const fields = {
@@ -33,18 +36,24 @@ const fields = {
   }),
 };
 
-export const CreateAgentBody = Type.Object({
-  name: fields.name,
-  instructions: fields.instructions,
-  model_configuration_id: Type.Optional(fields.model_configuration_id),
-  skill_ids: Type.Optional(fields.skill_ids),
-  group_ids: Type.Optional(fields.group_ids),
-  tools: Type.Optional(fields.tools),
-});
+export const CreateAgentBody = Type.Object(
+  {
+    name: fields.name,
+    instructions: fields.instructions,
+    model_configuration_id: Type.Optional(fields.model_configuration_id),
+    skill_ids: Type.Optional(fields.skill_ids),
+    group_ids: Type.Optional(fields.group_ids),
+    tools: Type.Optional(fields.tools),
+  },
+  { title: 'CreateAgentBody' },
+);
 export type CreateAgentBody = Static<typeof CreateAgentBody>;
 
-export const UpdateAgentBody = Type.Partial(CreateAgentBody);
+export const UpdateAgentBody = Type.Partial(CreateAgentBody, { title: 'UpdateAgentBody' });
 export type UpdateAgentBody = Static<typeof UpdateAgentBody>;
 
-export const AgentResponse = Type.Object({ agent: Agent });
-export const AgentListResponse = Type.Object({ agents: Type.Array(Agent), pagination: Pagination });
+export const AgentResponse = Type.Object({ agent: Agent }, { title: 'AgentResponse' });
+export const AgentListResponse = Type.Object(
+  { agents: Type.Array(Agent), pagination: Pagination },
+  { title: 'AgentListResponse' },
+);

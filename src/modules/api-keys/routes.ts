@@ -11,7 +11,17 @@ const tags = ['API keys'];
 export const apiKeyRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/api_keys',
-    { schema: { tags, querystring: PageQuery, response: v1Responses({ 200: ApiKeyListResponse }) } },
+    {
+      schema: {
+        operationId: 'listApiKeys',
+        summary: 'List API keys',
+        description:
+          "The organization's keys without their secrets (prefix, kind, owner). Admins only. Paginated.",
+        tags,
+        querystring: PageQuery,
+        response: v1Responses({ 200: ApiKeyListResponse }),
+      },
+    },
     async (request) => {
       const { rows, total } = await listApiKeys(contextOf(request), request.query);
       return { api_keys: rows.map(presentApiKey), pagination: pagination(request.query, total) };
@@ -22,6 +32,9 @@ export const apiKeyRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/api_keys',
     {
       schema: {
+        operationId: 'createApiKey',
+        description:
+          'Creates an organization key or a personal key for a user; the secret (`key`) is in this response only and is stored as a hash. Admins only.',
         tags,
         summary: 'Create a key; its secret is in this response only',
         body: CreateApiKeyBody,
@@ -37,7 +50,17 @@ export const apiKeyRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.delete(
     '/api_keys/:id',
-    { schema: { tags, summary: 'Revoke a key', params: IdParams, response: v1Responses({ 200: Message }) } },
+    {
+      schema: {
+        operationId: 'revokeApiKey',
+        description:
+          'The key stops working at once; requests with it then get 401 (v1) or 403 (v2). Admins only.',
+        tags,
+        summary: 'Revoke a key',
+        params: IdParams,
+        response: v1Responses({ 200: Message }),
+      },
+    },
     async (request) => {
       await revokeApiKey(contextOf(request), request.params.id);
       return { message: 'API key revoked' };

@@ -24,6 +24,8 @@ export const artifactTypeRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/artifact_types',
     {
       schema: {
+        operationId: 'listArtifactTypes',
+        description: "The organization's artifact types, oldest first. Paginated.",
         tags,
         summary: 'List artifact types (slug, name, description, ...)',
         querystring: PageQuery,
@@ -40,6 +42,9 @@ export const artifactTypeRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/artifact_types',
     {
       schema: {
+        operationId: 'createArtifactType',
+        description:
+          'The slug is lower-case ASCII words joined by hyphens, unique in the organization (`-2`, `-3` on a clash). Admins only.',
         tags,
         summary: 'Create an artifact type; its slug is generated from the name',
         body: CreateArtifactTypeBody,
@@ -57,6 +62,8 @@ export const artifactTypeRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/artifact_types/:id',
     {
       schema: {
+        operationId: 'getArtifactType',
+        description: 'One artifact type of the organization, by numeric id.',
         tags,
         summary: 'Get an artifact type by id (extension)',
         params: IdParams,
@@ -72,6 +79,9 @@ export const artifactTypeRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/artifact_types/:id',
     {
       schema: {
+        operationId: 'updateArtifactType',
+        description:
+          'Changes the name or description; the slug never changes, so URLs that use it stay valid. Admins only.',
         tags,
         summary: 'Update an artifact type; the slug stays',
         params: IdParams,
@@ -88,7 +98,17 @@ export const artifactTypeRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.delete(
     '/artifact_types/:id',
-    { schema: { tags, params: IdParams, response: v1Responses({ 200: Message }) } },
+    {
+      schema: {
+        operationId: 'deleteArtifactType',
+        summary: 'Delete an artifact type',
+        description:
+          'The artifact type disappears from lists and its skills no longer offer it. Admins only.',
+        tags,
+        params: IdParams,
+        response: v1Responses({ 200: Message }),
+      },
+    },
     async (request) => {
       await deleteArtifactType(contextOf(request), request.params.id);
       return { message: 'Artifact type deleted' };

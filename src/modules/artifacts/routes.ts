@@ -135,9 +135,15 @@ const lostEvent = () =>
     new ApiError(500, 'stream_interrupted', 'The generation was interrupted: the server running it stopped'),
   );
 
-/** A repeat of a streaming request (same Idempotency-Key and body): its first stream again, from the start. */
-function reattach(reply: FastifyReply, hub: StreamHub, key: string) {
-  return relayStream(new SseStream(reply), (listener) => hub.subscribe(key, 0, listener), { lostEvent });
+/**
+ * A repeat of a streaming request (same Idempotency-Key and body): its first stream again, from
+ * the start or after the repeat's Last-Event-ID.
+ */
+function reattach(reply: FastifyReply, hub: StreamHub, key: string, after: number) {
+  return relayStream(new SseStream(reply), (listener) => hub.subscribe(key, after, listener), {
+    lostEvent,
+    afterSeq: after,
+  });
 }
 
 export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
@@ -152,6 +158,9 @@ export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/artifact_types/:artifact_type_slug/artifacts',
     {
       schema: {
+        operationId: 'generateArtifact',
+        description:
+          "Runs a skill of the artifact type and answers with the stored artifact (201). With `fire_and_forget: true` it answers 200 at once with an `api_async_create_event_id`; the result is sent to the project's webhooks.",
         tags,
         summary: 'Generate an artifact (blocking)',
         params: ArtifactTypeParams,
@@ -181,6 +190,9 @@ export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/artifact_types/:artifact_type_slug/artifacts/stream',
     {
       schema: {
+        operationId: 'streamArtifactGeneration',
+        description:
+          'Like the blocking generation, answered as `text/event-stream`: `content` events carry the text as it is written, then `done` carries the stored artifact, or `error` ends the stream.',
         tags,
         summary: 'Generate an artifact (Server-Sent Events)',
         params: ArtifactTypeParams,
@@ -191,7 +203,8 @@ export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     async (request, reply) => {
       const ctx = contextOf(request);
-      if (request.idempotencyStream) return reattach(reply, hub, request.idempotencyStream);
+      if (request.idempotencyStream)
+        return reattach(reply, hub, request.idempotencyStream, request.idempotencyStreamAfter);
       const prepared = await prepareGeneration(
         ctx,
         generateInput(request.params, request.query, request.body),
@@ -207,6 +220,9 @@ export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/artifact_types/:artifact_type_slug/artifacts/:artifact_id/refine',
     {
       schema: {
+        operationId: 'refineArtifact',
+        description:
+          'Rewrites an artifact following the instructions and stores the result as a new artifact (200). With `fire_and_forget: true` it answers at once; the result is sent to webhooks.',
         tags,
         summary: 'Refine an artifact (blocking)',
         params: ArtifactParams,
@@ -231,6 +247,9 @@ export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/artifact_types/:artifact_type_slug/artifacts/:artifact_id/refine_stream',
     {
       schema: {
+        operationId: 'streamArtifactRefinement',
+        description:
+          'Like the blocking refinement, answered as `text/event-stream` (`content`, then `done` or `error`).',
         tags,
         summary: 'Refine an artifact (Server-Sent Events)',
         params: ArtifactParams,
@@ -240,7 +259,8 @@ export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     async (request, reply) => {
       const ctx = contextOf(request);
-      if (request.idempotencyStream) return reattach(reply, hub, request.idempotencyStream);
+      if (request.idempotencyStream)
+        return reattach(reply, hub, request.idempotencyStream, request.idempotencyStreamAfter);
       const prepared = await prepareRefinement(ctx, refineInput(request.params, request.body));
       await streamWork(request, reply, hub, (onChunk) =>
         runRefinement(ctx, prepared, { onChunk, families: deps.toolFamilies }),
@@ -252,6 +272,9 @@ export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/artifact_types/:artifact_type_slug/artifacts/:artifact_id',
     {
       schema: {
+        operationId: 'getArtifact',
+        description:
+          'An artifact of a project the calling key may use, with its content and public share URL.',
         tags,
         summary: 'Get an artifact',
         params: ArtifactParams,
@@ -268,6 +291,9 @@ export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/artifact_types/:artifact_type_slug/artifacts/:artifact_id',
     {
       schema: {
+        operationId: 'updateArtifact',
+        description:
+          'Replaces the title or content by hand; `manually_edited` turns true when the content changes.',
         tags,
         summary: 'Edit an artifact (manually_edited turns true when the content changes)',
         params: ArtifactParams,
@@ -286,6 +312,8 @@ export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/artifact_types/:artifact_type_slug/artifacts/:artifact_id',
     {
       schema: {
+        operationId: 'deleteArtifact',
+        description: 'Deletes the artifact; its share page answers 404 afterwards.',
         tags,
         summary: 'Delete an artifact',
         params: ArtifactParams,

@@ -10,6 +10,9 @@ export const asyncRequestRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/async_requests/:id',
     {
       schema: {
+        operationId: 'getAsyncRequest',
+        description:
+          'The status of a fire-and-forget generation or refinement by its `api_async_create_event_id`: `accepted` while it runs, then `generated`, `refined` or `failed`. An unknown id is 404 whatever its form.',
         tags: ['Artifacts'],
         summary: 'Status of a fire-and-forget generation or refinement',
         params: AsyncRequestParams,
@@ -25,9 +28,11 @@ export const asyncRequestRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/async_requests/:id/cancel',
     {
       schema: {
+        operationId: 'cancelAsyncRequest',
+        summary: 'Cancel a fire-and-forget request',
+        description:
+          'Stops a request still running: it ends as `failed` and `artifact_generation_failed` is sent with the reason. 409 when it has already ended.',
         tags: ['Artifacts'],
-        summary:
-          'Cancel a fire-and-forget request still running: it ends as failed and artifact_generation_failed is sent with the reason',
         params: AsyncRequestParams,
         response: v1Responses({ 200: AsyncRequestResponse, 409: V1Error }),
       },

@@ -120,7 +120,11 @@ export async function acceptRefinement(
   };
 }
 
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
 export async function getAsyncRequest(ctx: ServiceContext, id: string): Promise<AsyncRequestRow> {
+  // The column is a uuid: an id of another form names no request (and must not reach the cast).
+  if (!UUID.test(id)) throw notFound('Async request');
   const [row] = await ctx.db
     .select()
     .from(asyncRequests)
@@ -236,7 +240,11 @@ export async function runAsyncRequest(deps: AppDeps, requestId: string, log: Fas
   const ctx = serviceContext(
     deps,
     { ...row.principal, organizationId: row.organizationId },
-    log.child({ asyncRequestId: row.id }),
+    log.child({
+      organization_id: row.organizationId,
+      project_id: row.projectId,
+      api_async_create_event_id: row.id,
+    }),
   );
   const controller = new AbortController();
   const stopWatching = watchForCancel(deps, row.id, controller);
@@ -254,7 +262,11 @@ export async function runAsyncRequest(deps: AppDeps, requestId: string, log: Fas
     // A cancelled request has already been marked failed, with its event.
     if (controller.signal.aborted) return;
     const apiError = toApiError('v1', err);
-    if (apiError.status >= 500) ctx.log.error({ err }, 'fire-and-forget artifact request failed');
+    // Every failure is logged (the client sees only the webhook); ours at error level.
+    ctx.log[apiError.status >= 500 ? 'error' : 'warn'](
+      { err, status: apiError.status, code: apiError.code },
+      'fire-and-forget artifact request failed',
+    );
     await fail(deps, row, apiError.message);
     return;
   } finally {

@@ -11,7 +11,16 @@ const tags = ['Categories'];
 export const categoryRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/categories',
-    { schema: { tags, querystring: PageQuery, response: v1Responses({ 200: CategoryListResponse }) } },
+    {
+      schema: {
+        operationId: 'listCategories',
+        summary: 'List categories',
+        description: 'Categories the calling key may see. Paginated.',
+        tags,
+        querystring: PageQuery,
+        response: v1Responses({ 200: CategoryListResponse }),
+      },
+    },
     async (request) => {
       const { rows, total } = await listCategories(contextOf(request), request.query);
       return {
@@ -23,7 +32,16 @@ export const categoryRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.post(
     '/categories',
-    { schema: { tags, body: CreateCategoryBody, response: v1Responses({ 201: CategoryResponse }) } },
+    {
+      schema: {
+        operationId: 'createCategory',
+        summary: 'Create a category',
+        description: 'A category groups projects; it belongs to one or more groups. Admins only.',
+        tags,
+        body: CreateCategoryBody,
+        response: v1Responses({ 201: CategoryResponse }),
+      },
+    },
     async (request, reply) => {
       const category = await createCategory(contextOf(request), request.body);
       reply.status(201);
@@ -33,7 +51,16 @@ export const categoryRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.get(
     '/categories/:id',
-    { schema: { tags, params: IdParams, response: v1Responses({ 200: CategoryResponse }) } },
+    {
+      schema: {
+        operationId: 'getCategory',
+        summary: 'Get a category',
+        description: 'One category the calling key may see.',
+        tags,
+        params: IdParams,
+        response: v1Responses({ 200: CategoryResponse }),
+      },
+    },
     async (request) => {
       const category = await getCategory(contextOf(request), request.params.id);
       return { category: presentCategory(category.row, category.groupIds) };
@@ -44,6 +71,9 @@ export const categoryRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/categories/:id',
     {
       schema: {
+        operationId: 'updateCategory',
+        summary: 'Update a category',
+        description: 'Changes the given fields; omitted fields stay. Admins only.',
         tags,
         params: IdParams,
         body: UpdateCategoryBody,
@@ -58,7 +88,16 @@ export const categoryRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.delete(
     '/categories/:id',
-    { schema: { tags, params: IdParams, response: v1Responses({ 200: Message }) } },
+    {
+      schema: {
+        operationId: 'deleteCategory',
+        summary: 'Delete a category',
+        description: 'Deletes the category. Admins only.',
+        tags,
+        params: IdParams,
+        response: v1Responses({ 200: Message }),
+      },
+    },
     async (request) => {
       await deleteCategory(contextOf(request), request.params.id);
       return { message: 'Category deleted' };

@@ -20,6 +20,7 @@ export async function messageRoutes(parent: FastifyInstance): Promise<void> {
     '/chats/:id/messages',
     {
       schema: {
+        operationId: 'sendMessage',
         tags,
         summary: 'Send a message; one turn at a time per chat (409 otherwise)',
         description: `${STREAM_NOTE} A message starting with a skill's slash command runs that skill.`,
@@ -33,7 +34,13 @@ export async function messageRoutes(parent: FastifyInstance): Promise<void> {
       requireContent(content);
       const ctx = contextOf(request);
       if (request.idempotencyStream) {
-        await reattachStream(reply, deps.streams, request.idempotencyStream);
+        await reattachStream(
+          reply,
+          deps.streams,
+          request.idempotencyStream,
+          undefined,
+          request.idempotencyStreamAfter,
+        );
         return reply;
       }
       const plan = await prepareTurn(ctx, request.params.id);
@@ -53,6 +60,8 @@ export async function messageRoutes(parent: FastifyInstance): Promise<void> {
     '/chats/:id/messages',
     {
       schema: {
+        operationId: 'listMessages',
+        description: "The chat's messages with their tool executions, oldest first. Paginated.",
         tags,
         summary: 'Read history, oldest first',
         params: IdParams,

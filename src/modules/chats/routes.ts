@@ -23,6 +23,7 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/chats',
     {
       schema: {
+        operationId: 'createChat',
         tags,
         summary: 'Create a chat, optionally sending the first message',
         description: STREAM_NOTE,
@@ -37,7 +38,13 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const repeated = request.idempotencyStream;
       if (repeated) {
         // The first request's chat and turn, not new ones.
-        await reattachStream(reply, deps.streams, repeated, () => chatOfStream(ctx, repeated));
+        await reattachStream(
+          reply,
+          deps.streams,
+          repeated,
+          () => chatOfStream(ctx, repeated),
+          request.idempotencyStreamAfter,
+        );
         return reply;
       }
       const { chat, plan } = await createChat(ctx, body);
@@ -71,6 +78,9 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/chats',
     {
       schema: {
+        operationId: 'listChats',
+        description:
+          'Chats created with the calling key (a chat belongs to the key that created it), optionally of one project. Paginated.',
         tags,
         summary: "List the calling key's chats, newest first",
         querystring: ChatListQuery,
@@ -92,7 +102,15 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/chats/:id',
     {
-      schema: { tags, summary: 'Get a chat', params: IdParams, response: v2Responses({ 200: ok(ChatRead) }) },
+      schema: {
+        operationId: 'getChat',
+        description:
+          'One chat of the calling key, with its message count; 404 for chats of other keys and archived chats.',
+        tags,
+        summary: 'Get a chat',
+        params: IdParams,
+        response: v2Responses({ 200: ok(ChatRead) }),
+      },
     },
     async (request) => {
       const ctx = contextOf(request);
@@ -108,6 +126,8 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/chats/:id',
     {
       schema: {
+        operationId: 'archiveChat',
+        description: 'Archives the chat: 204, and afterwards every chat endpoint answers 404 for it.',
         tags,
         summary: 'Archive a chat (204; afterwards 404 on every chat endpoint)',
         params: IdParams,

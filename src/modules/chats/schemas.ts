@@ -2,16 +2,19 @@ import { type Static, Type } from '@sinclair/typebox';
 import { PageQuery, Pagination } from '../../http/pagination.js';
 import { Id, Nullable, Timestamp } from '../../http/schemas.js';
 
-export const ToolExecutionView = Type.Object({
-  id: Type.Integer(),
-  tool_name: Type.String(),
-  tool_call_id: Type.String(),
-  status: Type.String({ description: '`completed`, or `failed` when the tool threw (see `error`)' }),
-  parameters: Type.Record(Type.String(), Type.Unknown()),
-  result: Type.Unknown(),
-  error: Nullable(Type.Object({ message: Type.String() })),
-  execution_time_ms: Type.Integer(),
-});
+export const ToolExecutionView = Type.Object(
+  {
+    id: Type.Integer(),
+    tool_name: Type.String(),
+    tool_call_id: Type.String(),
+    status: Type.String({ description: '`completed`, or `failed` when the tool threw (see `error`)' }),
+    parameters: Type.Record(Type.String(), Type.Unknown()),
+    result: Type.Unknown(),
+    error: Nullable(Type.Object({ message: Type.String() })),
+    execution_time_ms: Type.Integer(),
+  },
+  { title: 'ToolExecution' },
+);
 export type ToolExecutionView = Static<typeof ToolExecutionView>;
 
 export const MessageUsage = Type.Object(
@@ -20,34 +23,43 @@ export const MessageUsage = Type.Object(
     output_tokens: Type.Integer(),
     credits: Type.Number(),
   },
-  { description: 'Assistant messages: tokens the model reported (all steps) and the credits charged' },
+  {
+    title: 'MessageUsage',
+    description: 'Assistant messages: tokens the model reported (all steps) and the credits charged',
+  },
 );
 
-export const MessageView = Type.Object({
-  id: Type.Integer(),
-  role: Type.Union([Type.Literal('assistant'), Type.Literal('user')]),
-  content: Type.String(),
-  model: Nullable(Type.String({ description: 'The model name; null for user messages' })),
-  created_at: Timestamp,
-  tool_executions: Type.Array(ToolExecutionView),
-  usage: Type.Optional(MessageUsage),
-  cancelled: Type.Optional(
-    Type.Literal(true, {
-      description: 'Present on a reply stopped by POST /chats/:id/cancel: content is what was generated',
-    }),
-  ),
-});
+export const MessageView = Type.Object(
+  {
+    id: Type.Integer(),
+    role: Type.Union([Type.Literal('assistant'), Type.Literal('user')]),
+    content: Type.String(),
+    model: Nullable(Type.String({ description: 'The model name; null for user messages' })),
+    created_at: Timestamp,
+    tool_executions: Type.Array(ToolExecutionView),
+    usage: Type.Optional(MessageUsage),
+    cancelled: Type.Optional(
+      Type.Literal(true, {
+        description: 'Present on a reply stopped by POST /chats/:id/cancel: content is what was generated',
+      }),
+    ),
+  },
+  { title: 'Message' },
+);
 export type MessageView = Static<typeof MessageView>;
 
-export const ChatView = Type.Object({
-  id: Type.Integer(),
-  title: Type.String(),
-  project_id: Type.Integer(),
-  model_configuration_id: Type.Integer(),
-  agent_id: Nullable(Type.Integer()),
-  created_at: Timestamp,
-  message_count: Type.Optional(Type.Integer({ description: 'Only in GET /chats/:id' })),
-});
+export const ChatView = Type.Object(
+  {
+    id: Type.Integer(),
+    title: Type.String(),
+    project_id: Type.Integer(),
+    model_configuration_id: Type.Integer(),
+    agent_id: Nullable(Type.Integer()),
+    created_at: Timestamp,
+    message_count: Type.Optional(Type.Integer({ description: 'Only in GET /chats/:id' })),
+  },
+  { title: 'Chat' },
+);
 export type ChatView = Static<typeof ChatView>;
 
 const Content = Type.String({
@@ -56,21 +68,27 @@ const Content = Type.String({
 });
 const Stream = Type.Boolean({ default: false, description: 'Answer as text/event-stream (spec 6.1)' });
 
-export const CreateChatBody = Type.Object({
-  project_id: Id({ description: 'Sets knowledge scope and credits used' }),
-  agent_id: Type.Optional(Id()),
-  model_configuration_id: Type.Optional(
-    Id({ description: "Default: the agent's, else the organization's default model" }),
-  ),
-  content: Type.Optional(Content),
-  stream: Type.Optional(Stream),
-});
+export const CreateChatBody = Type.Object(
+  {
+    project_id: Id({ description: 'Sets knowledge scope and credits used' }),
+    agent_id: Type.Optional(Id()),
+    model_configuration_id: Type.Optional(
+      Id({ description: "Default: the agent's, else the organization's default model" }),
+    ),
+    content: Type.Optional(Content),
+    stream: Type.Optional(Stream),
+  },
+  { title: 'CreateChatBody' },
+);
 export type CreateChatBody = Static<typeof CreateChatBody>;
 
-export const SendMessageBody = Type.Object({
-  content: Content,
-  stream: Type.Optional(Stream),
-});
+export const SendMessageBody = Type.Object(
+  {
+    content: Content,
+    stream: Type.Optional(Stream),
+  },
+  { title: 'SendMessageBody' },
+);
 export type SendMessageBody = Static<typeof SendMessageBody>;
 
 export const ChatListQuery = Type.Composite([
@@ -79,8 +97,17 @@ export const ChatListQuery = Type.Composite([
 ]);
 export type ChatListQuery = Static<typeof ChatListQuery>;
 
-export const ChatCreated = Type.Object({ chat: ChatView, message: Type.Optional(MessageView) });
-export const ChatRead = Type.Object({ chat: ChatView });
-export const MessageCreated = Type.Object({ message: MessageView });
-export const ChatList = Type.Object({ chats: Type.Array(ChatView), pagination: Pagination });
-export const MessageList = Type.Object({ messages: Type.Array(MessageView), pagination: Pagination });
+export const ChatCreated = Type.Object(
+  { chat: ChatView, message: Type.Optional(MessageView) },
+  { title: 'ChatCreated' },
+);
+export const ChatRead = Type.Object({ chat: ChatView }, { title: 'ChatRead' });
+export const MessageCreated = Type.Object({ message: MessageView }, { title: 'MessageCreated' });
+export const ChatList = Type.Object(
+  { chats: Type.Array(ChatView), pagination: Pagination },
+  { title: 'ChatList' },
+);
+export const MessageList = Type.Object(
+  { messages: Type.Array(MessageView), pagination: Pagination },
+  { title: 'MessageList' },
+);

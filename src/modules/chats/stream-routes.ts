@@ -51,6 +51,7 @@ export async function streamRoutes(parent: FastifyInstance): Promise<void> {
     '/chats/:id/stream',
     {
       schema: {
+        operationId: 'streamChat',
         tags,
         summary: "Reattach to the chat's turn stream",
         description: `Streams the chat's turn in progress, or its last one for ${REATTACH_WINDOW_MINUTES} minutes after it ended: from its first event, or after the \`Last-Event-ID\` header or \`?after=\`, then live until \`done\` or \`error\`. Works from any server process. 204 when there is nothing to attach to (no turn, or every event already received).`,
@@ -84,6 +85,7 @@ export async function streamRoutes(parent: FastifyInstance): Promise<void> {
     '/chats/:id/cancel',
     {
       schema: {
+        operationId: 'cancelChatTurn',
         tags,
         summary: "Stop the chat's turn in progress",
         description:

@@ -107,23 +107,28 @@ async function recordRefusal(
 
 /**
  * A repeat of a streamed chat POST (same Idempotency-Key and body): the first request's stream
- * again, from its first event, live until its end; no second chat or turn.
+ * again, after `after` (its Last-Event-ID; 0: from its first event), live until its end; no
+ * second chat or turn.
  */
 export async function reattachStream(
   reply: FastifyReply,
   streams: StreamHub,
   ref: string,
   announceChat?: () => Promise<ChatView | undefined>,
+  after = 0,
 ): Promise<void> {
   const chat = announceChat ? await announceChat() : undefined;
   const sse = new SseStream(reply);
   const turnId = turnIdOfStreamKey(ref);
   const lostEvent = () => lostTurnEvent(chat);
   if (turnId !== null) {
-    await relayTurn(sse, streams, turnId, 0, { lostEvent });
+    await relayTurn(sse, streams, turnId, after, { lostEvent });
     return;
   }
-  await relayStream(sse, (listener) => streams.subscribe(ref, 0, listener), { lostEvent });
+  await relayStream(sse, (listener) => streams.subscribe(ref, after, listener), {
+    lostEvent,
+    afterSeq: after,
+  });
 }
 
 export function replyTimeoutMessage(timeoutMs: number): string {

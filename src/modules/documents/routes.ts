@@ -35,6 +35,9 @@ export const documentRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/data_center/documents',
     {
       schema: {
+        operationId: 'uploadDocument',
+        description:
+          'Stores the file (PDF, DOCX, HTML, Markdown, CSV or plain text) for a project and queues its text extraction and indexing: `queued`, then `processing`, then `completed` or `failed`.',
         tags,
         summary: 'Upload a document (multipart/form-data)',
         consumes: ['multipart/form-data'],
@@ -56,7 +59,15 @@ export const documentRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/data_center/documents',
     {
-      schema: { tags, querystring: DocumentListQuery, response: v1Responses({ 200: DocumentListResponse }) },
+      schema: {
+        operationId: 'listDocuments',
+        summary: 'List documents',
+        description:
+          'Documents of the projects the calling key may use, optionally of one project. Paginated.',
+        tags,
+        querystring: DocumentListQuery,
+        response: v1Responses({ 200: DocumentListResponse }),
+      },
     },
     async (request) => {
       const { rows, total } = await listDocuments(contextOf(request), request.query);
@@ -69,7 +80,16 @@ export const documentRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.get(
     '/data_center/documents/:id',
-    { schema: { tags, params: IdParams, response: v1Responses({ 200: DocumentResponse }) } },
+    {
+      schema: {
+        operationId: 'getDocument',
+        summary: 'Get a document',
+        description: 'One document with its processing status.',
+        tags,
+        params: IdParams,
+        response: v1Responses({ 200: DocumentResponse }),
+      },
+    },
     async (request) => {
       const d = await getDocument(contextOf(request), request.params.id);
       return { document: presentDocumentDetail(d.row, d.groupIds, d.chunkCount) };
@@ -78,7 +98,16 @@ export const documentRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.delete(
     '/data_center/documents/:id',
-    { schema: { tags, params: IdParams, response: v1Responses({ 200: Message }) } },
+    {
+      schema: {
+        operationId: 'deleteDocument',
+        summary: 'Delete a document',
+        description: 'Deletes the document and its indexed chunks; chats no longer find it.',
+        tags,
+        params: IdParams,
+        response: v1Responses({ 200: Message }),
+      },
+    },
     async (request) => {
       await deleteDocument(contextOf(request), request.params.id);
       return { message: 'Document deleted' };

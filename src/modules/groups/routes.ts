@@ -26,7 +26,16 @@ const tags = ['Groups'];
 export const groupRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/groups',
-    { schema: { tags, querystring: PageQuery, response: v1Responses({ 200: GroupListResponse }) } },
+    {
+      schema: {
+        operationId: 'listGroups',
+        summary: 'List groups',
+        description: "The organization's groups. Paginated.",
+        tags,
+        querystring: PageQuery,
+        response: v1Responses({ 200: GroupListResponse }),
+      },
+    },
     async (request) => {
       const { rows, total } = await listGroups(contextOf(request), request.query);
       return {
@@ -38,7 +47,16 @@ export const groupRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.post(
     '/groups',
-    { schema: { tags, body: CreateGroupBody, response: v1Responses({ 201: GroupResponse }) } },
+    {
+      schema: {
+        operationId: 'createGroup',
+        summary: 'Create a group',
+        description: 'Groups decide which members reach which projects, categories and agents. Admins only.',
+        tags,
+        body: CreateGroupBody,
+        response: v1Responses({ 201: GroupResponse }),
+      },
+    },
     async (request, reply) => {
       const group = await createGroup(contextOf(request), request.body);
       reply.status(201);
@@ -48,7 +66,16 @@ export const groupRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.get(
     '/groups/:id',
-    { schema: { tags, params: IdParams, response: v1Responses({ 200: GroupResponse }) } },
+    {
+      schema: {
+        operationId: 'getGroup',
+        summary: 'Get a group',
+        description: 'One group of the organization.',
+        tags,
+        params: IdParams,
+        response: v1Responses({ 200: GroupResponse }),
+      },
+    },
     async (request) => {
       const group = await getGroup(contextOf(request), request.params.id);
       return { group: presentGroup(group.row, group.userIds) };
@@ -59,6 +86,9 @@ export const groupRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/groups/:id',
     {
       schema: {
+        operationId: 'updateGroup',
+        summary: 'Update a group',
+        description: 'Changes the given fields; omitted fields stay. Admins only.',
         tags,
         params: IdParams,
         body: UpdateGroupBody,
@@ -75,6 +105,9 @@ export const groupRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/groups/:id',
     {
       schema: {
+        operationId: 'deleteGroup',
+        description:
+          'Admins only; 422 for the default group or the last group of a category, project or agent.',
         tags,
         summary: 'Delete a group (not the default group, nor the last group of a category, project or agent)',
         params: IdParams,
@@ -91,6 +124,8 @@ export const groupRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/groups/:id/members',
     {
       schema: {
+        operationId: 'addGroupMember',
+        description: 'Adds a user of the organization to the group. Admins only.',
         tags,
         summary: 'Add a user to the group (201; 200 when already a member)',
         params: IdParams,
@@ -109,6 +144,8 @@ export const groupRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/groups/:id/members/:user_id',
     {
       schema: {
+        operationId: 'removeGroupMember',
+        description: 'The user loses access to what the group gave. Admins only.',
         tags,
         summary: 'Remove a user from the group',
         params: MemberParams,

@@ -24,7 +24,16 @@ const tags = ['Integrations'];
 export const integrationRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/integrations',
-    { schema: { tags, querystring: PageQuery, response: v1Responses({ 200: IntegrationListResponse }) } },
+    {
+      schema: {
+        operationId: 'listIntegrations',
+        summary: 'List tool servers',
+        description: "The organization's connected MCP tool servers (headers are write-only). Paginated.",
+        tags,
+        querystring: PageQuery,
+        response: v1Responses({ 200: IntegrationListResponse }),
+      },
+    },
     async (request) => {
       const { rows, total } = await listIntegrations(contextOf(request), request.query);
       return {
@@ -36,7 +45,17 @@ export const integrationRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.post(
     '/integrations',
-    { schema: { tags, body: CreateIntegrationBody, response: v1Responses({ 201: IntegrationResponse }) } },
+    {
+      schema: {
+        operationId: 'createIntegration',
+        summary: 'Connect a tool server',
+        description:
+          'Registers an MCP tool server (Streamable HTTP) whose tools chats and generations may call, for every project or the given ones. Admins only.',
+        tags,
+        body: CreateIntegrationBody,
+        response: v1Responses({ 201: IntegrationResponse }),
+      },
+    },
     async (request, reply) => {
       const integration = await createIntegration(contextOf(request), request.body);
       reply.status(201);
@@ -46,7 +65,16 @@ export const integrationRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.get(
     '/integrations/:id',
-    { schema: { tags, params: IdParams, response: v1Responses({ 200: IntegrationResponse }) } },
+    {
+      schema: {
+        operationId: 'getIntegration',
+        summary: 'Get a tool server',
+        description: 'One connected tool server.',
+        tags,
+        params: IdParams,
+        response: v1Responses({ 200: IntegrationResponse }),
+      },
+    },
     async (request) => {
       const integration = await getIntegration(contextOf(request), request.params.id);
       return { integration: presentIntegration(integration.row, integration.projectIds) };
@@ -57,6 +85,9 @@ export const integrationRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/integrations/:id',
     {
       schema: {
+        operationId: 'updateIntegration',
+        summary: 'Update a tool server',
+        description: 'Changes the given fields; the slug (the prefix of its tool names) stays. Admins only.',
         tags,
         params: IdParams,
         body: UpdateIntegrationBody,
@@ -71,7 +102,16 @@ export const integrationRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.delete(
     '/integrations/:id',
-    { schema: { tags, params: IdParams, response: v1Responses({ 200: Message }) } },
+    {
+      schema: {
+        operationId: 'deleteIntegration',
+        summary: 'Disconnect a tool server',
+        description: 'Its tools are no longer offered. Admins only.',
+        tags,
+        params: IdParams,
+        response: v1Responses({ 200: Message }),
+      },
+    },
     async (request) => {
       await deleteIntegration(contextOf(request), request.params.id);
       return { message: 'Integration deleted' };
@@ -82,6 +122,8 @@ export const integrationRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/integrations/:id/tools',
     {
       schema: {
+        operationId: 'listIntegrationTools',
+        summary: "List a tool server's tools",
         tags,
         description:
           'Connects to the tool server and lists its tools. 502 `integration_unavailable` when the server cannot be reached or fails the protocol.',

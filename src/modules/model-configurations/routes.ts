@@ -24,6 +24,9 @@ export const modelConfigurationRoutes: FastifyPluginAsyncTypebox = async (app) =
     '/model_configurations',
     {
       schema: {
+        operationId: 'listModelConfigurations',
+        summary: 'List model configurations',
+        description: "The organization's model configurations (API keys are write-only). Paginated.",
         tags,
         querystring: PageQuery,
         response: v1Responses({ 200: ModelConfigurationListResponse }),
@@ -42,6 +45,10 @@ export const modelConfigurationRoutes: FastifyPluginAsyncTypebox = async (app) =
     '/model_configurations',
     {
       schema: {
+        operationId: 'createModelConfiguration',
+        summary: 'Create a model configuration',
+        description:
+          'A provider, model, optional base URL and key, and credit prices; `is_default: true` makes it the default for chats and generations. Admins only.',
         tags,
         body: CreateModelConfigurationBody,
         response: v1Responses({ 201: ModelConfigurationResponse }),
@@ -56,7 +63,16 @@ export const modelConfigurationRoutes: FastifyPluginAsyncTypebox = async (app) =
 
   app.get(
     '/model_configurations/:id',
-    { schema: { tags, params: IdParams, response: v1Responses({ 200: ModelConfigurationResponse }) } },
+    {
+      schema: {
+        operationId: 'getModelConfiguration',
+        summary: 'Get a model configuration',
+        description: 'One model configuration of the organization.',
+        tags,
+        params: IdParams,
+        response: v1Responses({ 200: ModelConfigurationResponse }),
+      },
+    },
     async (request) => {
       const found = await getModelConfiguration(contextOf(request), request.params.id);
       return { model_configuration: presentModelConfiguration(found.row, found.isDefault) };
@@ -67,6 +83,9 @@ export const modelConfigurationRoutes: FastifyPluginAsyncTypebox = async (app) =
     '/model_configurations/:id',
     {
       schema: {
+        operationId: 'updateModelConfiguration',
+        summary: 'Update a model configuration',
+        description: 'Changes the given fields; `is_default: true` moves the default here. Admins only.',
         tags,
         params: IdParams,
         body: UpdateModelConfigurationBody,
@@ -83,6 +102,8 @@ export const modelConfigurationRoutes: FastifyPluginAsyncTypebox = async (app) =
     '/model_configurations/:id',
     {
       schema: {
+        operationId: 'deleteModelConfiguration',
+        description: 'Admins only; the default configuration cannot be deleted (422).',
         tags,
         summary: 'Delete a model configuration (not the default)',
         params: IdParams,

@@ -21,22 +21,25 @@ const oneOf = <T extends string>(values: readonly T[]): TUnsafe<T> =>
 
 const Credits = Type.Number({ minimum: 0, description: 'Credits charged per 1,000 tokens (default 0)' });
 
-export const ModelConfiguration = Type.Object({
-  id: Type.Integer(),
-  name: Type.String(),
-  provider: Type.String({ description: PROVIDER_NAMES.join(' | ') }),
-  model: Type.String(),
-  base_url: Nullable(Type.String()),
-  purpose: Type.String({ description: PURPOSES.join(' | ') }),
-  is_default: Type.Boolean({ description: "The organization's default model for chats and generations" }),
-  has_api_key: Type.Boolean({
-    description: 'Whether a provider key is stored (the key itself is never shown)',
-  }),
-  credits_per_1k_input_tokens: Type.Number(),
-  credits_per_1k_output_tokens: Type.Number(),
-  created_at: Timestamp,
-  updated_at: Timestamp,
-});
+export const ModelConfiguration = Type.Object(
+  {
+    id: Type.Integer(),
+    name: Type.String(),
+    provider: Type.String({ description: PROVIDER_NAMES.join(' | ') }),
+    model: Type.String(),
+    base_url: Nullable(Type.String()),
+    purpose: Type.String({ description: PURPOSES.join(' | ') }),
+    is_default: Type.Boolean({ description: "The organization's default model for chats and generations" }),
+    has_api_key: Type.Boolean({
+      description: 'Whether a provider key is stored (the key itself is never shown)',
+    }),
+    credits_per_1k_input_tokens: Type.Number(),
+    credits_per_1k_output_tokens: Type.Number(),
+    created_at: Timestamp,
+    updated_at: Timestamp,
+  },
+  { title: 'ModelConfiguration' },
+);
 export type ModelConfiguration = Static<typeof ModelConfiguration>;
 
 const fields = {
@@ -68,24 +71,35 @@ const fields = {
   credits_per_1k_output_tokens: Credits,
 };
 
-export const CreateModelConfigurationBody = Type.Object({
-  name: fields.name,
-  provider: fields.provider,
-  model: Type.Optional(fields.model),
-  base_url: Type.Optional(fields.base_url),
-  api_key: Type.Optional(fields.api_key),
-  is_default: Type.Optional(fields.is_default),
-  purpose: Type.Optional(fields.purpose),
-  credits_per_1k_input_tokens: Type.Optional(fields.credits_per_1k_input_tokens),
-  credits_per_1k_output_tokens: Type.Optional(fields.credits_per_1k_output_tokens),
-});
+export const CreateModelConfigurationBody = Type.Object(
+  {
+    name: fields.name,
+    provider: fields.provider,
+    model: Type.Optional(fields.model),
+    base_url: Type.Optional(fields.base_url),
+    api_key: Type.Optional(fields.api_key),
+    is_default: Type.Optional(fields.is_default),
+    purpose: Type.Optional(fields.purpose),
+    credits_per_1k_input_tokens: Type.Optional(fields.credits_per_1k_input_tokens),
+    credits_per_1k_output_tokens: Type.Optional(fields.credits_per_1k_output_tokens),
+  },
+  { title: 'CreateModelConfigurationBody' },
+);
 export type CreateModelConfigurationBody = Static<typeof CreateModelConfigurationBody>;
 
-export const UpdateModelConfigurationBody = Type.Partial(CreateModelConfigurationBody);
+export const UpdateModelConfigurationBody = Type.Partial(CreateModelConfigurationBody, {
+  title: 'UpdateModelConfigurationBody',
+});
 export type UpdateModelConfigurationBody = Static<typeof UpdateModelConfigurationBody>;
 
-export const ModelConfigurationResponse = Type.Object({ model_configuration: ModelConfiguration });
-export const ModelConfigurationListResponse = Type.Object({
-  model_configurations: Type.Array(ModelConfiguration),
-  pagination: Pagination,
-});
+export const ModelConfigurationResponse = Type.Object(
+  { model_configuration: ModelConfiguration },
+  { title: 'ModelConfigurationResponse' },
+);
+export const ModelConfigurationListResponse = Type.Object(
+  {
+    model_configurations: Type.Array(ModelConfiguration),
+    pagination: Pagination,
+  },
+  { title: 'ModelConfigurationListResponse' },
+);

@@ -9,11 +9,33 @@ const tags = ['Operations'];
 export const operationRoutes =
   (metrics: Registry): FastifyPluginAsyncTypebox =>
   async (app) => {
-    app.get('/health', { schema: { tags, response: { 200: Status } } }, async () => ({ status: 'ok' }));
+    app.get(
+      '/health',
+      {
+        schema: {
+          operationId: 'getHealth',
+          security: [],
+          summary: 'Liveness',
+          description: '200 while the process is up. Needs no API key.',
+          tags,
+          response: { 200: Status },
+        },
+      },
+      async () => ({ status: 'ok' }),
+    );
 
     app.get(
       '/ready',
-      { schema: { tags, response: { 200: Status, 503: Status } } },
+      {
+        schema: {
+          operationId: 'getReadiness',
+          security: [],
+          summary: 'Readiness',
+          description: '200 when the database answers, else 503. Needs no API key.',
+          tags,
+          response: { 200: Status, 503: Status },
+        },
+      },
       async (_request, reply) => {
         if (await app.deps.database.ping()) return { status: 'ready' };
         return reply.status(503).send({ status: 'database unavailable' });

@@ -30,7 +30,14 @@ export const organizationRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/admin/organizations',
     {
       config,
-      schema: { tags, querystring: PageQuery, response: v1Responses({ 200: OrganizationListResponse }) },
+      schema: {
+        operationId: 'listOrganizations',
+        summary: 'List organizations',
+        description: 'Every organization, deactivated ones included. Super admin keys only. Paginated.',
+        tags,
+        querystring: PageQuery,
+        response: v1Responses({ 200: OrganizationListResponse }),
+      },
     },
     async (request) => {
       const { rows, total } = await listOrganizations(database.db, request.query);
@@ -43,6 +50,9 @@ export const organizationRoutes: FastifyPluginAsyncTypebox = async (app) => {
     {
       config,
       schema: {
+        operationId: 'createOrganization',
+        description:
+          'Creates the organization with its admin user, default group and default model configuration; the organization key is in this response only. Super admin keys only.',
         tags,
         summary: 'Create an organization with its admin user; returns an organization key once',
         body: CreateOrganizationBody,
@@ -68,7 +78,17 @@ export const organizationRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.get(
     '/admin/organizations/:id',
-    { config, schema: { tags, params: IdParams, response: v1Responses({ 200: OrganizationResponse }) } },
+    {
+      config,
+      schema: {
+        operationId: 'getOrganization',
+        summary: 'Get an organization',
+        description: 'One organization with its credit balance. Super admin keys only.',
+        tags,
+        params: IdParams,
+        response: v1Responses({ 200: OrganizationResponse }),
+      },
+    },
     async (request) => ({
       organization: presentOrganization(await getOrganization(database.db, request.params.id)),
     }),
@@ -79,6 +99,9 @@ export const organizationRoutes: FastifyPluginAsyncTypebox = async (app) => {
     {
       config,
       schema: {
+        operationId: 'updateOrganization',
+        summary: 'Update an organization',
+        description: 'Changes the given fields; omitted fields stay. Super admin keys only.',
         tags,
         params: IdParams,
         body: UpdateOrganizationBody,
@@ -98,6 +121,9 @@ export const organizationRoutes: FastifyPluginAsyncTypebox = async (app) => {
     {
       config,
       schema: {
+        operationId: 'deactivateOrganization',
+        description:
+          'Super admin keys only; the organization stays readable by super admins with `active: false`.',
         tags,
         summary: 'Deactivate an organization (its keys stop working; nothing is deleted)',
         params: IdParams,
@@ -115,6 +141,10 @@ export const organizationRoutes: FastifyPluginAsyncTypebox = async (app) => {
     {
       config,
       schema: {
+        operationId: 'addOrganizationCredits',
+        summary: 'Add credits',
+        description:
+          "Adds `amount` (negative to remove) to the organization's credit balance. Super admin keys only.",
         tags,
         params: IdParams,
         body: CreditsBody,

@@ -19,6 +19,8 @@ export const projectWebhookRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/projects/:id/webhooks',
     {
       schema: {
+        operationId: 'listProjectWebhooks',
+        description: "The project's webhook subscriptions. Paginated.",
         tags,
         summary: "A project's webhooks (without their secrets)",
         params: IdParams,
@@ -36,6 +38,9 @@ export const projectWebhookRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/projects/:id/webhooks',
     {
       schema: {
+        operationId: 'createProjectWebhook',
+        description:
+          'Events are signed with Standard Webhooks headers (`webhook-id`, `webhook-timestamp`, `webhook-signature`) and retried with exponential backoff for about 24 hours. https and public addresses only, unless the operator allows private ones.',
         tags,
         summary: 'Subscribe a URL to artifact events; the signing secret is in this response only',
         params: IdParams,
@@ -52,7 +57,16 @@ export const projectWebhookRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.get(
     '/projects/:id/webhooks/:webhook_id',
-    { schema: { tags, params: WebhookParams, response: v1Responses({ 200: WebhookResponse }) } },
+    {
+      schema: {
+        operationId: 'getProjectWebhook',
+        summary: 'Get a webhook',
+        description: 'One webhook subscription of the project (without its secret).',
+        tags,
+        params: WebhookParams,
+        response: v1Responses({ 200: WebhookResponse }),
+      },
+    },
     async (request) => ({
       webhook: presentWebhook(
         await getWebhook(contextOf(request), request.params.id, request.params.webhook_id),
@@ -62,7 +76,16 @@ export const projectWebhookRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.delete(
     '/projects/:id/webhooks/:webhook_id',
-    { schema: { tags, params: WebhookParams, response: v1Responses({ 200: Message }) } },
+    {
+      schema: {
+        operationId: 'deleteProjectWebhook',
+        summary: 'Delete a webhook',
+        description: 'No further events are sent to it; pending retries stop.',
+        tags,
+        params: WebhookParams,
+        response: v1Responses({ 200: Message }),
+      },
+    },
     async (request) => {
       await deleteWebhook(contextOf(request), request.params.id, request.params.webhook_id);
       return { message: 'Webhook deleted' };

@@ -26,6 +26,9 @@ export const projectRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/projects',
     {
       schema: {
+        operationId: 'listProjects',
+        description:
+          'Projects the calling key may use (members: those sharing a group with them). Paginated.',
         tags,
         summary: 'Projects the key may use; archived ones only with include_archived=true',
         querystring: ProjectListQuery,
@@ -43,7 +46,17 @@ export const projectRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.post(
     '/projects',
-    { schema: { tags, body: CreateProjectBody, response: v1Responses({ 201: ProjectResponse }) } },
+    {
+      schema: {
+        operationId: 'createProject',
+        summary: 'Create a project',
+        description:
+          'A project scopes chats, artifacts, documents and webhooks; it belongs to one or more groups. Admins only.',
+        tags,
+        body: CreateProjectBody,
+        response: v1Responses({ 201: ProjectResponse }),
+      },
+    },
     async (request, reply) => {
       const project = await createProject(contextOf(request), request.body);
       reply.status(201);
@@ -53,7 +66,16 @@ export const projectRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.get(
     '/projects/:id',
-    { schema: { tags, params: IdParams, response: v1Responses({ 200: ProjectResponse }) } },
+    {
+      schema: {
+        operationId: 'getProject',
+        summary: 'Get a project',
+        description: 'One project the calling key may use (an extension), archived ones included.',
+        tags,
+        params: IdParams,
+        response: v1Responses({ 200: ProjectResponse }),
+      },
+    },
     async (request) => {
       const project = await getProject(contextOf(request), request.params.id);
       return { project: presentProject(project.row, project.links) };
@@ -64,6 +86,9 @@ export const projectRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/projects/:id',
     {
       schema: {
+        operationId: 'updateProject',
+        summary: 'Update a project',
+        description: 'Changes the given fields; omitted fields stay. Admins only.',
         tags,
         params: IdParams,
         body: UpdateProjectBody,
@@ -78,7 +103,16 @@ export const projectRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.delete(
     '/projects/:id',
-    { schema: { tags, params: IdParams, response: v1Responses({ 200: Message }) } },
+    {
+      schema: {
+        operationId: 'deleteProject',
+        summary: 'Delete a project',
+        description: 'The project and what it holds are no longer reachable by any key. Admins only.',
+        tags,
+        params: IdParams,
+        response: v1Responses({ 200: Message }),
+      },
+    },
     async (request) => {
       await deleteProject(contextOf(request), request.params.id);
       return { message: 'Project deleted' };
@@ -89,6 +123,9 @@ export const projectRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/projects/:id/archive',
     {
       schema: {
+        operationId: 'archiveProject',
+        description:
+          'Archived projects are hidden from lists unless `include_archived=true`, stay readable, and accept no new generations or chats.',
         tags,
         summary: 'Archive a project: hidden from lists, still readable, no new generations or chats',
         params: IdParams,
@@ -105,6 +142,8 @@ export const projectRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/projects/:id/unarchive',
     {
       schema: {
+        operationId: 'unarchiveProject',
+        description: 'The project is listed and usable again.',
         tags,
         summary: 'Bring an archived project back (extension)',
         params: IdParams,

@@ -1,9 +1,25 @@
-import { Marked } from 'marked';
+import { Marked, Renderer } from 'marked';
 import sanitizeHtml from 'sanitize-html';
 import { formatTimestamp } from '../../http/timestamps.js';
 import type { SharedArtifact } from './service.js';
 
 const markdown = new Marked({ gfm: true, breaks: false, async: false });
+const plain = new Renderer();
+// Tables scroll sideways in a wrapper instead of squeezing their columns on narrow screens; short
+// cells never wrap (a date or a name stays whole), long prose cells wrap at spaces.
+const PROSE_CELL_CHARS = 40;
+markdown.use({
+  renderer: {
+    table(token) {
+      return `<div class="table-scroll">${plain.table.call(this, token)}</div>\n`;
+    },
+    tablecell(token) {
+      const html = plain.tablecell.call(this, token);
+      if (token.text.length <= PROSE_CELL_CHARS) return html;
+      return html.replace(/^<(td|th)/, '<$1 class="prose"');
+    },
+  },
+});
 
 /**
  * Markdown is rendered, then everything outside a plain-document allow list is dropped: no script,
@@ -27,14 +43,15 @@ const SANITIZE: sanitizeHtml.IOptions = {
     // rel and target are set by transformTags below, never taken from the content.
     a: ['href', 'title', 'name', 'rel', 'target'],
     img: ['src', 'alt', 'title', 'width', 'height'],
-    th: ['align', 'colspan', 'rowspan'],
-    td: ['align', 'colspan', 'rowspan'],
+    th: ['align', 'colspan', 'rowspan', 'class'],
+    td: ['align', 'colspan', 'rowspan', 'class'],
+    div: ['class'],
     ol: ['start'],
     code: ['class'],
     // GFM task lists; forced to disabled checkboxes below.
     input: ['type', 'checked', 'disabled'],
   },
-  allowedClasses: { code: [/^language-[\w-]+$/] },
+  allowedClasses: { code: [/^language-[\w-]+$/], div: ['table-scroll'], td: ['prose'], th: ['prose'] },
   allowedSchemes: ['http', 'https', 'mailto'],
   allowedSchemesByTag: { img: ['http', 'https', 'data'] },
   allowProtocolRelative: false,
@@ -69,7 +86,7 @@ const STYLE = `
 * { box-sizing: border-box; }
 body { margin: 0; font: 1.0625rem/1.6 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;
   color: #1f2328; background: #fff; -webkit-text-size-adjust: 100%; }
-main { max-width: 46rem; margin: 0 auto; padding: 1.5rem 1rem 3rem; overflow-wrap: anywhere; }
+main { max-width: 46rem; margin: 0 auto; padding: 1.5rem 1rem 3rem; overflow-wrap: break-word; }
 header { border-bottom: 1px solid #d0d7de; margin-bottom: 1.5rem; }
 header p { color: #59636e; font-size: .875rem; margin: 0 0 .75rem; }
 h1, h2, h3, h4 { line-height: 1.25; margin: 1.6em 0 .6em; }
@@ -79,8 +96,11 @@ img { max-width: 100%; height: auto; }
 pre { background: #f6f8fa; padding: .75rem 1rem; border-radius: 6px; overflow-x: auto; }
 code { font: .9em ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
 blockquote { margin: 0; padding: 0 1em; color: #59636e; border-left: .25em solid #d0d7de; }
-table { border-collapse: collapse; display: block; overflow-x: auto; max-width: 100%; }
-th, td { border: 1px solid #d0d7de; padding: .375rem .75rem; }
+.table-scroll { overflow-x: auto; max-width: 100%; margin: 1em 0; -webkit-overflow-scrolling: touch; }
+table { border-collapse: collapse; }
+th, td { border: 1px solid #d0d7de; padding: .375rem .75rem; white-space: nowrap; overflow-wrap: normal;
+  vertical-align: top; }
+th.prose, td.prose { white-space: normal; min-width: 16rem; }
 @media (prefers-color-scheme: dark) {
   body { color: #e6edf3; background: #0d1117; }
   header { border-color: #30363d; } header p, blockquote { color: #9198a1; }

@@ -12,8 +12,11 @@ export const shareRoutes: FastifyPluginAsyncTypebox = async (app) => {
     {
       config: { access: 'public' },
       schema: {
+        operationId: 'getSharePage',
         tags: ['Share pages'],
         summary: 'Public read-only page of an artifact (HTML)',
+        description:
+          "The artifact's `url`: its title and Markdown content rendered as a standalone HTML page. Needs no API key: the share token is the secret.",
         security: [],
         params: ShareParams,
         response: {

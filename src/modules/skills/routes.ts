@@ -24,7 +24,16 @@ const tags = ['Skills'];
 export const skillRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/skills',
-    { schema: { tags, querystring: PageQuery, response: v1Responses({ 200: SkillListResponse }) } },
+    {
+      schema: {
+        operationId: 'listSkills',
+        summary: 'List skills',
+        description: "The organization's skills with their slash commands. Paginated.",
+        tags,
+        querystring: PageQuery,
+        response: v1Responses({ 200: SkillListResponse }),
+      },
+    },
     async (request) => {
       const { rows, total } = await listSkills(contextOf(request), request.query);
       return {
@@ -43,6 +52,10 @@ export const skillRoutes: FastifyPluginAsyncTypebox = async (app) => {
       `/artifact_types/:artifact_type_slug/${segment}`,
       {
         schema: {
+          operationId: deprecated ? 'listArtifactTypePromptTemplates' : 'listArtifactTypeSkills',
+          description: deprecated
+            ? 'The same list as /artifact_types/{artifact_type_slug}/skills, under its former name (spec 9).'
+            : 'The skills that produce this artifact type, with their slash commands. Paginated.',
           tags,
           summary: deprecated
             ? 'Deprecated: use /artifact_types/{artifact_type_slug}/skills'
@@ -69,7 +82,17 @@ export const skillRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.post(
     '/skills',
-    { schema: { tags, body: CreateSkillBody, response: v1Responses({ 201: SkillResponse }) } },
+    {
+      schema: {
+        operationId: 'createSkill',
+        summary: 'Create a skill',
+        description:
+          'A skill is an instruction template for one or more artifact types; its slash command (`/` + the slug of its name) runs it in chats. Admins only.',
+        tags,
+        body: CreateSkillBody,
+        response: v1Responses({ 201: SkillResponse }),
+      },
+    },
     async (request, reply) => {
       const skill = await createSkill(contextOf(request), request.body);
       reply.status(201);
@@ -79,7 +102,16 @@ export const skillRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.get(
     '/skills/:id',
-    { schema: { tags, params: IdParams, response: v1Responses({ 200: SkillResponse }) } },
+    {
+      schema: {
+        operationId: 'getSkill',
+        summary: 'Get a skill',
+        description: 'One skill of the organization.',
+        tags,
+        params: IdParams,
+        response: v1Responses({ 200: SkillResponse }),
+      },
+    },
     async (request) => {
       const skill = await getSkill(contextOf(request), request.params.id);
       return { skill: presentSkill(skill.row, skill.artifactTypeIds) };
@@ -90,6 +122,9 @@ export const skillRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/skills/:id',
     {
       schema: {
+        operationId: 'updateSkill',
+        summary: 'Update a skill',
+        description: 'Changes the given fields; omitted fields stay. Admins only.',
         tags,
         params: IdParams,
         body: UpdateSkillBody,
@@ -104,7 +139,16 @@ export const skillRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.delete(
     '/skills/:id',
-    { schema: { tags, params: IdParams, response: v1Responses({ 200: Message }) } },
+    {
+      schema: {
+        operationId: 'deleteSkill',
+        summary: 'Delete a skill',
+        description: 'Its slash command stops working and agents no longer offer it. Admins only.',
+        tags,
+        params: IdParams,
+        response: v1Responses({ 200: Message }),
+      },
+    },
     async (request) => {
       await deleteSkill(contextOf(request), request.params.id);
       return { message: 'Skill deleted' };

@@ -9,6 +9,9 @@ export const usageRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/usage',
     {
       schema: {
+        operationId: 'getUsage',
+        description:
+          'Totals of input and output tokens and credits charged in a time range, from the ledger rows written when each turn or generation ended. Admins only.',
         tags: ['Usage'],
         summary: 'Token and credit usage from the ledger, grouped by day, project, key or model',
         querystring: UsageQuery,

@@ -11,7 +11,16 @@ const tags = ['Users'];
 export const userRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.get(
     '/users',
-    { schema: { tags, querystring: PageQuery, response: v1Responses({ 200: UserListResponse }) } },
+    {
+      schema: {
+        operationId: 'listUsers',
+        summary: 'List users',
+        description: "The organization's users. Admins only. Paginated.",
+        tags,
+        querystring: PageQuery,
+        response: v1Responses({ 200: UserListResponse }),
+      },
+    },
     async (request) => {
       const { rows, total } = await listUsers(contextOf(request), request.query);
       return {
@@ -23,7 +32,17 @@ export const userRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.post(
     '/users',
-    { schema: { tags, body: CreateUserBody, response: v1Responses({ 201: UserResponse }) } },
+    {
+      schema: {
+        operationId: 'createUser',
+        summary: 'Create a user',
+        description:
+          'A new user of the organization (role `member` unless given); they join the default group. Admins only.',
+        tags,
+        body: CreateUserBody,
+        response: v1Responses({ 201: UserResponse }),
+      },
+    },
     async (request, reply) => {
       const user = await createUser(contextOf(request), request.body);
       reply.status(201);
@@ -33,7 +52,16 @@ export const userRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.get(
     '/users/:id',
-    { schema: { tags, params: IdParams, response: v1Responses({ 200: UserResponse }) } },
+    {
+      schema: {
+        operationId: 'getUser',
+        summary: 'Get a user',
+        description: 'One user of the organization.',
+        tags,
+        params: IdParams,
+        response: v1Responses({ 200: UserResponse }),
+      },
+    },
     async (request) => {
       const user = await getUser(contextOf(request), request.params.id);
       return { user: presentUser(user.row, user.groupIds) };
@@ -43,7 +71,15 @@ export const userRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.put(
     '/users/:id',
     {
-      schema: { tags, params: IdParams, body: UpdateUserBody, response: v1Responses({ 200: UserResponse }) },
+      schema: {
+        operationId: 'updateUser',
+        summary: 'Update a user',
+        description: 'Changes the given fields; omitted fields stay. Admins only.',
+        tags,
+        params: IdParams,
+        body: UpdateUserBody,
+        response: v1Responses({ 200: UserResponse }),
+      },
     },
     async (request) => {
       const user = await updateUser(contextOf(request), request.params.id, request.body);
@@ -53,7 +89,16 @@ export const userRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   app.delete(
     '/users/:id',
-    { schema: { tags, params: IdParams, response: v1Responses({ 200: Message }) } },
+    {
+      schema: {
+        operationId: 'deleteUser',
+        summary: 'Delete a user',
+        description: 'The user leaves every group and their personal keys are revoked. Admins only.',
+        tags,
+        params: IdParams,
+        response: v1Responses({ 200: Message }),
+      },
+    },
     async (request) => {
       await deleteUser(contextOf(request), request.params.id);
       return { message: 'User deleted' };

@@ -2,30 +2,39 @@ import { type Static, Type } from '@sinclair/typebox';
 import { Pagination } from '../../http/pagination.js';
 import { Timestamp } from '../../http/schemas.js';
 
-export const Role = Type.Union([Type.Literal('admin'), Type.Literal('member')]);
+export const Role = Type.Union([Type.Literal('admin'), Type.Literal('member')], { title: 'Role' });
 
-export const User = Type.Object({
-  id: Type.Integer(),
-  email: Type.String(),
-  name: Type.String(),
-  role: Role,
-  group_ids: Type.Array(Type.Integer()),
-  created_at: Timestamp,
-  updated_at: Timestamp,
-});
+export const User = Type.Object(
+  {
+    id: Type.Integer(),
+    email: Type.String(),
+    name: Type.String(),
+    role: Role,
+    group_ids: Type.Array(Type.Integer()),
+    created_at: Timestamp,
+    updated_at: Timestamp,
+  },
+  { title: 'User' },
+);
 export type User = Static<typeof User>;
 
 const Email = Type.String({ format: 'email', maxLength: 320 });
 
-export const CreateUserBody = Type.Object({
-  email: Email,
-  name: Type.Optional(Type.String({ maxLength: 200 })),
-  role: Type.Optional(Role),
-});
+export const CreateUserBody = Type.Object(
+  {
+    email: Email,
+    name: Type.Optional(Type.String({ maxLength: 200 })),
+    role: Type.Optional(Role),
+  },
+  { title: 'CreateUserBody' },
+);
 export type CreateUserBody = Static<typeof CreateUserBody>;
 
-export const UpdateUserBody = Type.Partial(CreateUserBody);
+export const UpdateUserBody = Type.Partial(CreateUserBody, { title: 'UpdateUserBody' });
 export type UpdateUserBody = Static<typeof UpdateUserBody>;
 
-export const UserResponse = Type.Object({ user: User });
-export const UserListResponse = Type.Object({ users: Type.Array(User), pagination: Pagination });
+export const UserResponse = Type.Object({ user: User }, { title: 'UserResponse' });
+export const UserListResponse = Type.Object(
+  { users: Type.Array(User), pagination: Pagination },
+  { title: 'UserListResponse' },
+);

@@ -13,6 +13,9 @@ export const webhookDeliveryRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/projects/:id/webhooks/:webhook_id/deliveries',
     {
       schema: {
+        operationId: 'listWebhookDeliveries',
+        description:
+          'Every attempt to deliver an event to this webhook, with the response status or error. Paginated.',
         tags,
         summary: "A webhook's delivery log, newest first",
         params: WebhookParams,
@@ -31,6 +34,8 @@ export const webhookDeliveryRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/projects/:id/webhooks/:webhook_id/deliveries/:delivery_id/redeliver',
     {
       schema: {
+        operationId: 'redeliverWebhookDelivery',
+        description: 'Queues the event again with the same `webhook-id`, so receivers can deduplicate it.',
         tags,
         summary: 'Send a delivery again (same webhook-id); it is attempted in the background',
         params: DeliveryParams,
@@ -49,6 +54,9 @@ export const webhookDeliveryRoutes: FastifyPluginAsyncTypebox = async (app) => {
     '/projects/:id/webhooks/:webhook_id/test',
     {
       schema: {
+        operationId: 'testProjectWebhook',
+        description:
+          'Sends a signed `webhook_test` event at once and answers with the outcome of the attempt.',
         tags,
         summary: 'Send a signed webhook_test event now and report the attempt',
         params: WebhookParams,

@@ -151,6 +151,6 @@ export async function sendTestEvent(
     );
     return row;
   });
-  await attemptDelivery(deps, { deliveryId: created.id, seq: 0 });
+  await attemptDelivery(deps, { deliveryId: created.id, seq: 0 }, ctx.log);
   return deliveryById(ctx, webhook.id, created.id);
 }
