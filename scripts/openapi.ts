@@ -7,11 +7,12 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
+import { pino } from 'pino';
 import { buildApp } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
 import { createSecretBox } from '../src/crypto/secret-box.js';
 import { openDatabase } from '../src/db/client.js';
-import { createJobQueue } from '../src/jobs/queue.js';
+import { createRoot } from '../src/root.js';
 
 const SECRET = 'openapi-dump-secret-0123456789';
 
@@ -19,13 +20,18 @@ async function openApiDocument(): Promise<unknown> {
   const config = loadConfig({ LOG_LEVEL: 'silent', SECRET_KEY: SECRET, DATA_DIR: '/nonexistent' });
   // An in-memory database that is never migrated: building the app queries nothing.
   const database = await openDatabase({ databaseUrl: null, dataDir: config.dataDir, pglite: new PGlite() });
-  const jobs = await createJobQueue(database, { onError: () => {} });
-  const app = await buildApp({ config, database, secrets: createSecretBox(SECRET), jobs }, { logger: false });
+  const root = await createRoot(config, {
+    database,
+    secrets: createSecretBox(SECRET),
+    log: pino({ level: 'silent' }),
+  });
+  const app = await buildApp(root, { logger: false });
   try {
     await app.ready();
     return app.swagger();
   } finally {
     await app.close();
+    await root.close();
     await database.close();
   }
 }

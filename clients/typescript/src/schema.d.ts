@@ -67,7 +67,7 @@ export interface paths {
         put?: never;
         /**
          * Send a message; one turn at a time per chat (409 otherwise)
-         * @description With `stream: true` the answer is HTTP 200 `text/event-stream` with the events `content`, `tool_start`, `tool_result`, `done` and `error` (spec 6.1), each with an `id:` line (its sequence number in the turn); a repeat with the same `Idempotency-Key` and body reattaches to the same stream. A message starting with a skill's slash command runs that skill.
+         * @description With `stream: true` the answer is HTTP 200 `text/event-stream` with the events `content`, `tool_start`, `tool_result`, `done` and `error` (spec 6.1), each with an `id:` line (its sequence number in the turn). A repeat with the same `Idempotency-Key` and body reattaches to the same stream from its start. A message starting with a skill's slash command runs that skill.
          */
         post: operations["sendMessage"];
         delete?: never;
@@ -2671,7 +2671,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description text/event-stream: the turn's events (`content`, `tool_start`, `tool_result`, `done`, `error`), each with its `id:` */
+            /** @description text/event-stream: the turn's events (`content`, `tool_start`, `tool_result`, `done` and `error`), each with its `id:` */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -2806,7 +2806,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description text/event-stream: `chunk` {content, done: false} events, then `done` {artifact_id, done: true}; a failure after the stream opened is an `error` event with the v1 error object. Every event has an `id:` line (its sequence number); a repeat of the request with the same `Idempotency-Key` and body reattaches to the same stream from its start instead of generating again. */
+            /** @description text/event-stream with the events `chunk`, `done` and `error`: `chunk` {content, done: false} events, then `done` {artifact_id, done: true}; a failure after the stream opened is an `error` event with the v1 error object. Every event has an `id:` line (its sequence number); a repeat of the request with the same `Idempotency-Key` and body reattaches to the same stream from its start instead of generating again. */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -2886,7 +2886,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description text/event-stream: `chunk` {content, done: false} events, then `done` {artifact_id, done: true}; a failure after the stream opened is an `error` event with the v1 error object. Every event has an `id:` line (its sequence number); a repeat of the request with the same `Idempotency-Key` and body reattaches to the same stream from its start instead of generating again. */
+            /** @description text/event-stream with the events `chunk`, `done` and `error`: `chunk` {content, done: false} events, then `done` {artifact_id, done: true}; a failure after the stream opened is an `error` event with the v1 error object. Every event has an `id:` line (its sequence number); a repeat of the request with the same `Idempotency-Key` and body reattaches to the same stream from its start instead of generating again. */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -5118,6 +5118,8 @@ export interface operations {
                 /** @description Exclusive end (default: now) */
                 to?: string;
                 project_id?: number;
+                /** @description Only usage of this model configuration */
+                model_configuration_id?: number;
                 group_by?: "day" | "project" | "key" | "model";
             };
             header?: never;
