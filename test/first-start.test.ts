@@ -57,7 +57,8 @@ describe('npm start on a port in use', () => {
     } finally {
       await server.stop();
     }
-  });
+    // Two cold starts of the service (PGlite migrates a fresh directory each time): slow on a busy machine.
+  }, 120_000);
 
   it('prints the first-start keys as a readable block for a terminal', () => {
     const block = firstStartBlock(
