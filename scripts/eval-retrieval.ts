@@ -12,7 +12,7 @@ import { createHash } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
 import { PGlite } from '@electric-sql/pglite';
 import { vector } from '@electric-sql/pglite-pgvector';
-import { loadConfig } from '../src/config.js';
+import { DOCUMENT_LIMIT_DEFAULTS, loadConfig } from '../src/config.js';
 import { createSecretBox, type SecretBox } from '../src/crypto/secret-box.js';
 import { type Database, migrateDatabase, openDatabase } from '../src/db/client.js';
 import { documentContents, documentGroups, documents } from '../src/db/schema/index.js';
@@ -56,7 +56,7 @@ export interface EvalTarget {
 /** Ingests the corpus into the organization (in `groupId`, which the project must have) and scores it. */
 export async function runRetrievalEval(target: EvalTarget): Promise<EvalResult> {
   const { database } = target;
-  const deps = { database, secrets: target.secrets, log: quietLog };
+  const deps = { database, secrets: target.secrets, limits: DOCUMENT_LIMIT_DEFAULTS, log: quietLog };
   const keyOf = new Map<number, string>();
   for (const file of await corpusFiles()) {
     const [row] = await database.db

@@ -22,8 +22,38 @@ export interface Config {
   turnLeaseMs: number;
   /** A model silent this long fails the turn. */
   modelIdleTimeoutMs: number;
+  /** Hard bounds on extracting one uploaded document (see DOCUMENT_LIMIT_DEFAULTS). */
+  documentLimits: DocumentLimits;
   logLevel: string;
 }
+
+/**
+ * What one document's text extraction may use. A document past any bound fails at once with a
+ * reason; extraction runs in a child process, so a bound that is missed costs that process only.
+ */
+export interface DocumentLimits {
+  /** Bytes the parsed parts may inflate to: a DOCX's XML parts, a PDF's non-image streams. */
+  maxDecompressedBytes: number;
+  /** XML or HTML elements (start tags) of a DOCX or HTML file. */
+  maxElements: number;
+  maxPages: number;
+  /** Characters of extracted text. */
+  maxChars: number;
+  /** Wall time of one extraction. */
+  timeoutMs: number;
+  /** The extractor's V8 heap; its resident memory may reach twice this before it is killed. */
+  memoryMb: number;
+}
+
+export const DOCUMENT_LIMIT_DEFAULTS: DocumentLimits = {
+  maxDecompressedBytes: 64 * 1024 * 1024,
+  // mammoth holds about 1 KB of heap per XML element: 500,000 fit in the default heap.
+  maxElements: 500_000,
+  maxPages: 2_000,
+  maxChars: 10_000_000,
+  timeoutMs: 60_000,
+  memoryMb: 1024,
+};
 
 /** A bad environment value stops start-up with one line naming the variable. */
 export class ConfigError extends Error {}
@@ -79,6 +109,19 @@ function url(env: Env, name: string, protocols: string[]): string | undefined {
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 const LLM_PROVIDERS: LlmProvider[] = ['openai-compatible', 'openai', 'anthropic'];
 
+function documentLimits(env: Env): DocumentLimits {
+  const d = DOCUMENT_LIMIT_DEFAULTS;
+  const mb = 1024 * 1024;
+  return {
+    maxDecompressedBytes: integer(env, 'DOCUMENT_MAX_DECOMPRESSED_MB', d.maxDecompressedBytes / mb, 1) * mb,
+    maxElements: integer(env, 'DOCUMENT_MAX_ELEMENTS', d.maxElements, 1),
+    maxPages: integer(env, 'DOCUMENT_MAX_PAGES', d.maxPages, 1),
+    maxChars: integer(env, 'DOCUMENT_MAX_CHARS', d.maxChars, 1),
+    timeoutMs: integer(env, 'DOCUMENT_EXTRACT_TIMEOUT_MS', d.timeoutMs, 100),
+    memoryMb: integer(env, 'DOCUMENT_EXTRACT_MEMORY_MB', d.memoryMb, 64),
+  };
+}
+
 function llmSettings(env: Env): Config['llm'] {
   const provider = read(env, 'LLM_PROVIDER');
   if (provider === undefined || provider === 'builtin') return null;
@@ -127,6 +170,7 @@ export function loadConfig(env: Env = process.env): Config {
     shutdownGraceMs: integer(env, 'SHUTDOWN_GRACE_MS', 25_000, 0),
     turnLeaseMs: integer(env, 'TURN_LEASE_MS', 60_000, 1000),
     modelIdleTimeoutMs: integer(env, 'MODEL_IDLE_TIMEOUT_MS', 120_000, 1000),
+    documentLimits: documentLimits(env),
     logLevel,
   };
 }

@@ -1,3 +1,6 @@
+import type { DocumentLimits } from '../config.js';
+import type { Chunk } from './chunk.js';
+
 /**
  * A document's text as a flat list of structure: headings (with their level) and text blocks
  * (paragraphs, list items, table rows). `synthetic` headings (a PDF page, a JSON key) set the
@@ -29,3 +32,14 @@ export function reason(err: unknown): string {
   const message = err instanceof Error ? err.message : String(err);
   return message.replace(/\s+/g, ' ').trim().slice(0, 300) || 'unknown error';
 }
+
+/** What the server sends the extractor process (see extractor.ts). */
+export interface ExtractionRequest {
+  bytes: Uint8Array;
+  mediaType: string;
+  limits: DocumentLimits;
+}
+
+export type ExtractionReply =
+  | { ok: true; chunks: Chunk[]; pageCount: number | null; ocrError: string | null }
+  | { ok: false; message: string; ocrError: string | null };
