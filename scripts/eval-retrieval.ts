@@ -18,6 +18,7 @@ import { type Database, migrateDatabase, openDatabase } from '../src/db/client.j
 import { documentContents, documentGroups, documents } from '../src/db/schema/index.js';
 import type { OrgPrincipal } from '../src/http/auth.js';
 import { documentVisibleToProject } from '../src/knowledge/access.js';
+import { DocumentExtractor } from '../src/knowledge/extractor.js';
 import { detectMediaType } from '../src/knowledge/media-type.js';
 import { processDocument } from '../src/knowledge/process.js';
 import { searchPassages } from '../src/knowledge/search.js';
@@ -56,7 +57,13 @@ export interface EvalTarget {
 /** Ingests the corpus into the organization (in `groupId`, which the project must have) and scores it. */
 export async function runRetrievalEval(target: EvalTarget): Promise<EvalResult> {
   const { database } = target;
-  const deps = { database, secrets: target.secrets, limits: DOCUMENT_LIMIT_DEFAULTS, log: quietLog };
+  const deps = {
+    database,
+    secrets: target.secrets,
+    limits: DOCUMENT_LIMIT_DEFAULTS,
+    extractor: new DocumentExtractor(),
+    log: quietLog,
+  };
   const keyOf = new Map<number, string>();
   for (const file of await corpusFiles()) {
     const [row] = await database.db
@@ -74,6 +81,7 @@ export async function runRetrievalEval(target: EvalTarget): Promise<EvalResult> 
     await processDocument(deps, row.id);
     keyOf.set(row.id, file.key);
   }
+  deps.extractor.close();
 
   const principal: OrgPrincipal = {
     kind: 'organization',

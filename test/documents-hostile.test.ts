@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DOCUMENT_LIMIT_DEFAULTS, loadConfig } from '../src/config.js';
 import { documents } from '../src/db/schema/index.js';
 import { ExtractionError } from '../src/knowledge/blocks.js';
-import { extractIsolated } from '../src/knowledge/extractor.js';
+import { DocumentExtractor } from '../src/knowledge/extractor.js';
 import { MEDIA_TYPES } from '../src/knowledge/media-type.js';
 import { processDocument } from '../src/knowledge/process.js';
 import { makeBlankPagesPdf, makeDocx, makeDocxBomb, makeInflatingPdf } from './fixtures/documents.js';
@@ -46,6 +46,30 @@ function extractorPids(): number[] {
     }
   }
   return pids;
+}
+
+/** CPU ticks a process has used (Linux /proc). */
+function cpuTicks(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return Number(fields[11]) + Number(fields[12]);
+  } catch {
+    return -1;
+  }
+}
+
+/** An extractor child of this process that is working (its CPU time grows), not one idling warm. */
+async function busyExtractor(except: number[] = [], timeoutMs = 30_000): Promise<number> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const pids = extractorPids().filter((pid) => !except.includes(pid));
+    const before = pids.map(cpuTicks);
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    const busy = pids.find((pid, i) => before[i] >= 0 && cpuTicks(pid) - before[i] >= 3);
+    if (busy !== undefined) return busy;
+  }
+  throw new Error('no busy extractor');
 }
 
 async function waitFor<T>(probe: () => T | undefined, timeoutMs = 20_000): Promise<T> {
@@ -174,9 +198,9 @@ describe('hostile documents', () => {
   it('an extractor killed twice fails the document after 2 attempts; the server is untouched', async () => {
     const health = watchHealth(t);
     const document = await uploadFile(t, member.key, 'slow.docx', await slowDocx());
-    const first = await waitFor(() => extractorPids()[0]);
+    const first = await busyExtractor();
     process.kill(first, 'SIGKILL');
-    const second = await waitFor(() => extractorPids().find((pid) => pid !== first));
+    const second = await busyExtractor([first]);
     process.kill(second, 'SIGKILL');
     const done = await waitForProcessing(t, member.key, document.id, 60_000);
     expect(done.processing_status).toBe('failed');
@@ -190,7 +214,7 @@ describe('hostile documents', () => {
 
   it('an extractor killed once is replaced, and the document completes on its second attempt', async () => {
     const document = await uploadFile(t, member.key, 'retry.docx', await makeDocxBomb(MB));
-    process.kill(await waitFor(() => extractorPids()[0]), 'SIGKILL');
+    process.kill(await busyExtractor(), 'SIGKILL');
     const done = await waitForProcessing(t, member.key, document.id, 60_000);
     expect(done).toMatchObject({ processing_status: 'completed', processing_error: null });
     expect(done.chunk_count).toBeGreaterThan(0);
@@ -205,64 +229,108 @@ describe('hostile documents', () => {
       await makeDocx([{ paragraphs: ['Fine.'] }]),
     );
     await waitForProcessing(t, member.key, document.id);
+    // An extractor that would complete the document if it were asked.
+    const extractor = new DocumentExtractor();
     // As the rows look after two server processes died while extracting this document.
     await t.deps.database.db
       .update(documents)
       .set({ processingStatus: 'processing', processingAttempts: 2 })
       .where(eq(documents.id, document.id));
     await processDocument(
-      { database: t.deps.database, secrets: t.deps.secrets, limits: DOCUMENT_LIMIT_DEFAULTS, log: quietLog },
+      {
+        database: t.deps.database,
+        secrets: t.deps.secrets,
+        limits: DOCUMENT_LIMIT_DEFAULTS,
+        extractor,
+        log: quietLog,
+      },
       document.id,
     );
+    extractor.close();
     const done = await waitForProcessing(t, member.key, document.id);
     expect(done.processing_status).toBe('failed');
     expect(done.processing_error).toMatch(/stopped without finishing 2 times/);
-    expect(extractorPids()).toEqual([]);
+    expect(done.chunk_count).toBe(0);
+    expect(extractor.pid).toBeNull();
   });
 });
 
 const quietLog = { info() {}, warn() {} };
 
 describe('extraction bounds', () => {
+  let extractor: DocumentExtractor;
+  beforeAll(() => {
+    extractor = new DocumentExtractor();
+  });
+  afterAll(() => extractor.close());
+  const extractIsolated = (bytes: Uint8Array, mediaType: string, limits = DOCUMENT_LIMIT_DEFAULTS) =>
+    extractor.extract(bytes, mediaType, limits).catch((err: Error) => err);
+
   it('stops an extraction past its wall time', async () => {
     const limits = { ...DOCUMENT_LIMIT_DEFAULTS, timeoutMs: 1000 };
     const started = Date.now();
-    const error = await extractIsolated(await slowDocx(), MEDIA_TYPES.docx, limits).catch((err) => err);
+    const error = await extractIsolated(await slowDocx(), MEDIA_TYPES.docx, limits);
     expect(error).toBeInstanceOf(ExtractionError);
-    expect(error.message).toBe("Extracting the document's text took too long: more than 1 s");
+    expect((error as Error).message).toBe("Extracting the document's text took too long: more than 1 s");
     expect(Date.now() - started).toBeLessThan(3000);
-    await waitFor(() => (extractorPids().length === 0 ? true : undefined), 5000);
+    expect(extractor.pid).toBeNull();
   });
 
   it('stops an extraction past its memory', async () => {
     const limits = { ...DOCUMENT_LIMIT_DEFAULTS, memoryMb: 64 };
-    const error = await extractIsolated(await slowDocx(), MEDIA_TYPES.docx, limits).catch((err) => err);
+    const error = await extractIsolated(await slowDocx(), MEDIA_TYPES.docx, limits);
     expect(error).toBeInstanceOf(ExtractionError);
-    expect(error.message).toBe("Extracting the document's text needs too much memory: more than 64 MB");
+    expect((error as Error).message).toBe(
+      "Extracting the document's text needs too much memory: more than 64 MB",
+    );
+    expect(extractor.pid).toBeNull();
   });
 
   it('stops at the extracted-text bound', async () => {
     const limits = { ...DOCUMENT_LIMIT_DEFAULTS, maxChars: 1000 };
     const text = Buffer.from('A sentence of ordinary text. '.repeat(100));
-    const error = await extractIsolated(text, MEDIA_TYPES.text, limits).catch((err) => err);
-    expect(error.message).toBe('The document has too much text: more than 1,000 characters');
+    const error = await extractIsolated(text, MEDIA_TYPES.text, limits);
+    expect((error as Error).message).toBe('The document has too much text: more than 1,000 characters');
   });
 
   it('counts HTML elements', async () => {
     const limits = { ...DOCUMENT_LIMIT_DEFAULTS, maxElements: 100 };
     const html = Buffer.from(`<html><body>${'<p>x</p>'.repeat(200)}</body></html>`);
-    const error = await extractIsolated(html, MEDIA_TYPES.html, limits).catch((err) => err);
-    expect(error.message).toBe('The document has too many elements: more than 100');
+    const error = await extractIsolated(html, MEDIA_TYPES.html, limits);
+    expect((error as Error).message).toBe('The document has too many elements: more than 100');
   });
 
   it('answers with chunks for an ordinary document', async () => {
     const docx = await makeDocx([
       { heading: 'Herons', paragraphs: ['The heron colony nests near the weir.'] },
     ]);
-    const result = await extractIsolated(docx, MEDIA_TYPES.docx, DOCUMENT_LIMIT_DEFAULTS);
+    const result = await extractor.extract(docx, MEDIA_TYPES.docx, DOCUMENT_LIMIT_DEFAULTS);
     expect(result.chunks).toEqual([
       expect.objectContaining({ headingPath: ['Herons'], text: expect.stringContaining('heron colony') }),
     ]);
+  });
+
+  it('keeps one extractor process warm for the next document, and replaces it when idle or used up', async () => {
+    const own = new DocumentExtractor({ idleMs: 300, maxDocuments: 2 });
+    const text = Buffer.from('Plain text to extract.');
+    await own.extract(text, MEDIA_TYPES.text, DOCUMENT_LIMIT_DEFAULTS);
+    const first = own.pid;
+    expect(first).not.toBeNull();
+    await own.extract(text, MEDIA_TYPES.text, DOCUMENT_LIMIT_DEFAULTS);
+    // Its second document used it up.
+    expect(own.pid).toBeNull();
+    await own.extract(text, MEDIA_TYPES.text, DOCUMENT_LIMIT_DEFAULTS);
+    expect(own.pid).not.toBeNull();
+    expect(own.pid).not.toBe(first);
+    await waitFor(() => (own.pid === null ? true : undefined), 5000);
+    // A bound passed inside the child leaves it healthy and warm.
+    const error = await own
+      .extract(text, MEDIA_TYPES.text, { ...DOCUMENT_LIMIT_DEFAULTS, maxChars: 5 })
+      .catch((err: Error) => err);
+    expect((error as Error).message).toMatch(/too much text/);
+    expect(own.pid).not.toBeNull();
+    own.close();
+    expect(own.pid).toBeNull();
   });
 
   it('reads its bounds from the environment', () => {

@@ -1,7 +1,7 @@
 /**
- * The extractor process (started by `extractor.ts`): receives one document over IPC, answers
- * with its chunks or the reason it cannot be read, and exits. It holds no database connection
- * and no secrets; whatever a hostile file does to it, the server only sees it stop.
+ * The extractor process (started by `extractor.ts`): receives documents over IPC, one at a time,
+ * and answers each with its chunks or the reason it cannot be read. It holds no database
+ * connection and no secrets; whatever a hostile file does to it, the server only sees it stop.
  */
 import { ExtractionError, type ExtractionReply, type ExtractionRequest, reason } from './blocks.js';
 import { chunkBlocks } from './chunk.js';
@@ -25,6 +25,6 @@ async function answer(request: ExtractionRequest): Promise<ExtractionReply> {
 
 // The server stopped or gave up on this extraction: nothing is left to answer to.
 process.on('disconnect', () => process.exit(1));
-process.once('message', (request: ExtractionRequest) => {
-  void answer(request).then((reply) => process.send?.(reply, () => process.exit(0)));
+process.on('message', (request: ExtractionRequest) => {
+  void answer(request).then((reply) => process.send?.(reply));
 });

@@ -3,9 +3,10 @@ import type { DocumentLimits } from '../config.js';
 import type { SecretBox } from '../crypto/secret-box.js';
 import type { Database } from '../db/client.js';
 import { documentChunks, documentContents, documents } from '../db/schema/index.js';
+import { providerFailure } from '../llm/provider-errors.js';
 import { ExtractionError, reason } from './blocks.js';
 import { embeddingModelFor, embedTexts } from './embeddings.js';
-import { type ExtractedDocument, ExtractorStopped, extractIsolated } from './extractor.js';
+import { type DocumentExtractor, type ExtractedDocument, ExtractorStopped } from './extractor.js';
 import { replaceEmbeddings, vectorStoreAvailable } from './vector-store.js';
 
 /** The durable job that turns an upload into searchable chunks. */
@@ -15,6 +16,7 @@ export interface ProcessDeps {
   database: Database;
   secrets: SecretBox;
   limits: DocumentLimits;
+  extractor: DocumentExtractor;
   log: { info(obj: object, msg: string): void; warn(obj: object, msg: string): void };
 }
 
@@ -66,7 +68,7 @@ export async function processDocument(deps: ProcessDeps, documentId: number): Pr
   let extraction: ExtractedDocument;
   for (;;) {
     try {
-      extraction = await extractIsolated(content.bytes, claimed.mediaType, deps.limits);
+      extraction = await deps.extractor.extract(content.bytes, claimed.mediaType, deps.limits);
       break;
     } catch (err) {
       if (!(err instanceof ExtractorStopped)) {
@@ -160,8 +162,9 @@ async function embedChunks(
     );
     return null;
   } catch (err) {
-    deps.log.warn({ err: reason(err), documentId: target.documentId }, 'embedding failed');
-    return `Embedding failed: ${reason(err)}`;
+    deps.log.warn({ err, documentId: target.documentId }, 'embedding failed');
+    // Shown on the document: the provider's status, never its words (see providerFailure).
+    return `Embedding failed: ${providerFailure(err) ?? reason(err)}`;
   }
 }
 
