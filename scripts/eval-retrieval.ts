@@ -62,6 +62,8 @@ export async function runRetrievalEval(target: EvalTarget): Promise<EvalResult> 
     secrets: target.secrets,
     limits: DOCUMENT_LIMIT_DEFAULTS,
     extractor: new DocumentExtractor(),
+    // The evaluation's embedding server, if one is configured, runs on this machine.
+    outbound: { outboundAllowPrivate: true, modelBaseUrlAllow: [] },
     log: quietLog,
   };
   const keyOf = new Map<number, string>();

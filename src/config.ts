@@ -13,6 +13,11 @@ export interface Config {
   rateLimitPerMinute: number;
   defaultOrgCredits: number;
   outboundAllowPrivate: boolean;
+  /**
+   * `host:port` patterns a model configuration's base URL may use although private (a local model
+   * server): MODEL_BASE_URL_ALLOW, plus the host of LLM_BASE_URL, which the operator chose.
+   */
+  modelBaseUrlAllow: string[];
   llm: { provider: LlmProvider; baseUrl: string | null; apiKey: string | null; model: string } | null;
   secretKey: string | null;
   webhookRetryBaseMs: number;
@@ -109,6 +114,28 @@ function url(env: Env, name: string, protocols: string[]): string | undefined {
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 const LLM_PROVIDERS: LlmProvider[] = ['openai-compatible', 'openai', 'anthropic'];
 
+// host (name, IPv4, [IPv6] or *.domain) ':' port or '*'
+const HOST_PORT = /^(\*\.)?([a-z0-9-]+(\.[a-z0-9-]+)*|\[[0-9a-f:.]+\]):(\d{1,5}|\*)$/;
+
+function modelBaseUrlAllow(env: Env, llm: Config['llm']): string[] {
+  const patterns = (read(env, 'MODEL_BASE_URL_ALLOW') ?? '')
+    .split(',')
+    .map((entry) => entry.trim().toLowerCase())
+    .filter(Boolean);
+  for (const pattern of patterns) {
+    if (!HOST_PORT.test(pattern)) {
+      throw new ConfigError(
+        `MODEL_BASE_URL_ALLOW must be comma-separated host:port patterns (e.g. 127.0.0.1:11434, *.internal:*), got "${pattern}"`,
+      );
+    }
+  }
+  if (llm?.baseUrl) {
+    const url = new URL(llm.baseUrl);
+    patterns.push(`${url.hostname.toLowerCase()}:${url.port || (url.protocol === 'https:' ? '443' : '80')}`);
+  }
+  return patterns;
+}
+
 function documentLimits(env: Env): DocumentLimits {
   const d = DOCUMENT_LIMIT_DEFAULTS;
   const mb = 1024 * 1024;
@@ -151,6 +178,7 @@ export function loadConfig(env: Env = process.env): Config {
   if (secretKey !== null && secretKey.length < 16) {
     throw new ConfigError('SECRET_KEY must be at least 16 characters');
   }
+  const llm = llmSettings(env);
   const publicBaseUrl = url(env, 'PUBLIC_BASE_URL', ['http:', 'https:']) ?? `http://${host}:${port}`;
   return {
     port,
@@ -163,7 +191,8 @@ export function loadConfig(env: Env = process.env): Config {
     rateLimitPerMinute: integer(env, 'RATE_LIMIT_PER_MINUTE', 600, 1),
     defaultOrgCredits: number(env, 'DEFAULT_ORG_CREDITS', 1000),
     outboundAllowPrivate: boolean(env, 'OUTBOUND_ALLOW_PRIVATE', false),
-    llm: llmSettings(env),
+    modelBaseUrlAllow: modelBaseUrlAllow(env, llm),
+    llm,
     secretKey,
     webhookRetryBaseMs: integer(env, 'WEBHOOK_RETRY_BASE_MS', 10_000, 1),
     uploadMaxBytes: integer(env, 'UPLOAD_MAX_BYTES', 50 * 1024 * 1024, 1),

@@ -242,6 +242,7 @@ describe('hostile documents', () => {
         secrets: t.deps.secrets,
         limits: DOCUMENT_LIMIT_DEFAULTS,
         extractor,
+        outbound: t.deps.config,
         log: quietLog,
       },
       document.id,

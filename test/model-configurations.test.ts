@@ -137,7 +137,12 @@ describe('model configurations', () => {
     // The stored key is what the provider really sends.
     const principal = { kind: 'organization', keyId: 0, organizationId: org.organizationId, userId: null };
     const resolved = await resolveModel(
-      { db: t.deps.database.db, secrets: t.deps.secrets, principal: { ...principal, role: 'admin' } as any },
+      {
+        db: t.deps.database.db,
+        secrets: t.deps.secrets,
+        config: t.deps.config,
+        principal: { ...principal, role: 'admin' } as any,
+      },
       id,
     );
     models.enqueue({ text: 'pong' });

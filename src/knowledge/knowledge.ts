@@ -21,7 +21,7 @@ export const DEFAULT_PASSAGES = 5;
  */
 export function searchKnowledge(ctx: ServiceContext, request: KnowledgeQuery): Promise<Passage[]> {
   return searchPassages(
-    { database: ctx.database, secrets: ctx.secrets, log: ctx.log },
+    { database: ctx.database, secrets: ctx.secrets, outbound: ctx.config, log: ctx.log },
     {
       organizationId: ctx.principal.organizationId,
       visible: documentVisibleToProject(ctx.principal, request.projectId),

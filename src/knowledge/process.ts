@@ -4,6 +4,7 @@ import type { SecretBox } from '../crypto/secret-box.js';
 import type { Database } from '../db/client.js';
 import { documentChunks, documentContents, documents } from '../db/schema/index.js';
 import { providerFailure } from '../llm/provider-errors.js';
+import type { ModelUrlRule } from '../net/model-base-url.js';
 import { ExtractionError, reason } from './blocks.js';
 import { embeddingModelFor, embedTexts } from './embeddings.js';
 import { type DocumentExtractor, type ExtractedDocument, ExtractorStopped } from './extractor.js';
@@ -17,6 +18,8 @@ export interface ProcessDeps {
   secrets: SecretBox;
   limits: DocumentLimits;
   extractor: DocumentExtractor;
+  /** Where an embedding model's base URL may point. */
+  outbound: ModelUrlRule;
   log: { info(obj: object, msg: string): void; warn(obj: object, msg: string): void };
 }
 
@@ -147,7 +150,12 @@ async function embedChunks(
   chunkIds: number[],
   texts: string[],
 ): Promise<string | null> {
-  const choice = await embeddingModelFor(deps.database.db, deps.secrets, target.organizationId);
+  const choice = await embeddingModelFor(
+    deps.database.db,
+    deps.secrets,
+    target.organizationId,
+    deps.outbound,
+  );
   if (!choice) return null;
   if (!choice.model) return choice.error;
   if (!(await vectorStoreAvailable(deps.database, deps.log))) {

@@ -2,6 +2,7 @@ import { and, asc, desc, eq, inArray, type SQL, sql } from 'drizzle-orm';
 import type { SecretBox } from '../crypto/secret-box.js';
 import type { Database } from '../db/client.js';
 import { documentChunks, documents } from '../db/schema/index.js';
+import type { ModelUrlRule } from '../net/model-base-url.js';
 import { embeddingModelFor, embedQuery } from './embeddings.js';
 import { chunkEmbeddings, vectorLiteral, vectorStoreAvailable } from './vector-store.js';
 
@@ -17,6 +18,7 @@ export interface Passage {
 export interface SearchDeps {
   database: Database;
   secrets: SecretBox;
+  outbound: ModelUrlRule;
   log: { info(obj: object, msg: string): void; warn(obj: object, msg: string): void };
 }
 
@@ -105,7 +107,12 @@ async function fullTextSearch(database: Database, request: SearchRequest, text: 
 
 /** Nearest chunks by cosine distance, when the organization embeds and this database has pgvector. */
 async function vectorSearch(deps: SearchDeps, request: SearchRequest): Promise<Ranked[]> {
-  const choice = await embeddingModelFor(deps.database.db, deps.secrets, request.organizationId);
+  const choice = await embeddingModelFor(
+    deps.database.db,
+    deps.secrets,
+    request.organizationId,
+    deps.outbound,
+  );
   if (!choice?.model) return [];
   if (!(await vectorStoreAvailable(deps.database, deps.log))) return [];
   let vector: number[];

@@ -11,6 +11,7 @@ export async function registerDocumentWorker(deps: AppDeps, log: FastifyBaseLogg
     database: deps.database,
     secrets: deps.secrets,
     limits: deps.config.documentLimits,
+    outbound: deps.config,
     log,
   };
   await deps.jobs.work<ProcessDocumentJob>(PROCESS_DOCUMENT_JOB, async (job) => {

@@ -23,13 +23,21 @@ const MODEL_CACHE_MAX = 500;
 const modelCache = new Map<string, LanguageModelV3>();
 
 /** The configuration's language model, with its stored key decrypted only here. */
-export function languageModelOf(ctx: Pick<ServiceContext, 'secrets'>, configuration: ModelConfigurationRow) {
+export function languageModelOf(
+  ctx: Pick<ServiceContext, 'secrets' | 'config'>,
+  configuration: ModelConfigurationRow,
+) {
   const cacheable = configuration.provider !== 'builtin';
+  const outbound = {
+    outboundAllowPrivate: ctx.config.outboundAllowPrivate,
+    modelBaseUrlAllow: ctx.config.modelBaseUrlAllow,
+  };
   const key = JSON.stringify([
     configuration.provider,
     configuration.model,
     configuration.baseUrl,
     configuration.apiKeyEncrypted,
+    outbound,
   ]);
   const cached = cacheable ? modelCache.get(key) : undefined;
   if (cached) return cached;
@@ -38,6 +46,7 @@ export function languageModelOf(ctx: Pick<ServiceContext, 'secrets'>, configurat
     model: configuration.model,
     baseUrl: configuration.baseUrl,
     apiKey: configuration.apiKeyEncrypted ? ctx.secrets.decrypt(configuration.apiKeyEncrypted) : null,
+    outbound,
   });
   if (cacheable) {
     if (modelCache.size >= MODEL_CACHE_MAX) modelCache.clear();
@@ -51,7 +60,7 @@ export function languageModelOf(ctx: Pick<ServiceContext, 'secrets'>, configurat
  * else the organization's default. 404 `model_configuration_not_found` for an id the organization lacks.
  */
 export async function resolveModel(
-  ctx: Pick<ServiceContext, 'db' | 'secrets' | 'principal'>,
+  ctx: Pick<ServiceContext, 'db' | 'secrets' | 'principal' | 'config'>,
   modelConfigurationId?: number | null,
 ): Promise<ResolvedModel> {
   const orgId = ctx.principal.organizationId;
