@@ -196,8 +196,8 @@ describe('fire-and-forget generation', () => {
     });
     expect(verified(s.secret, delivery)).toEqual(delivery.body);
     // The provider's status, never its words (they may come from any server a base URL names).
-    expect(delivery.body.event_data.reason).toBe(
-      'The model failed while generating the artifact: the provider answered HTTP 500 (3 attempts)',
+    expect(delivery.body.event_data.reason).toMatch(
+      /^The model failed while generating the artifact: the provider answered HTTP 500( \(\d+ attempts\))?$/,
     );
     const status = await statusOf(t, s.org.orgKey, id);
     expect(status).toMatchObject({
