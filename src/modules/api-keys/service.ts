@@ -4,7 +4,7 @@ import { apiKeys, users } from '../../db/schema/index.js';
 import type { ServiceContext } from '../../http/context.js';
 import { notFound, unprocessable } from '../../http/errors.js';
 import { offsetOf, type PageQuery } from '../../http/pagination.js';
-import { requireAdmin } from '../../http/policies.js';
+import { requireAdmin, requireAdminToRead } from '../../http/policies.js';
 import type { CreateApiKeyBody } from './schemas.js';
 import { type KeyKind, newKeySecret } from './secrets.js';
 
@@ -56,7 +56,7 @@ export async function createApiKey(ctx: ServiceContext, body: CreateApiKeyBody) 
 }
 
 export async function listApiKeys(ctx: ServiceContext, page: PageQuery) {
-  requireAdmin(ctx.principal);
+  requireAdminToRead(ctx.principal, 'API keys');
   const where = eq(apiKeys.organizationId, ctx.principal.organizationId);
   const [rows, [{ total }]] = await Promise.all([
     ctx.db
