@@ -164,7 +164,7 @@ describe('hostile documents', () => {
         error: /^The document is too large when decompressed: more than 64 MB$/,
       },
     );
-  }, 120_000);
+  }, 300_000);
   afterAll(() => t.close());
 
   it('the bombs are small files, as the probe found them', () => {
