@@ -12,11 +12,12 @@ import { createHash } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
 import { PGlite } from '@electric-sql/pglite';
 import { vector } from '@electric-sql/pglite-pgvector';
-import { loadConfig } from '../src/config.js';
+import { DOCUMENT_LIMIT_DEFAULTS, loadConfig } from '../src/config.js';
 import type { OrgPrincipal } from '../src/core/principal.js';
 import { createSecretBox, type SecretBox } from '../src/crypto/secret-box.js';
 import { type Database, migrateDatabase, openDatabase } from '../src/db/client.js';
 import { documentContents, documentGroups, documents } from '../src/db/schema/index.js';
+import { DocumentExtractor } from '../src/knowledge/extractor.js';
 import { detectMediaType } from '../src/knowledge/media-type.js';
 import { processDocument } from '../src/knowledge/process.js';
 import { searchPassages } from '../src/knowledge/search.js';
@@ -61,6 +62,10 @@ export async function runRetrievalEval(target: EvalTarget): Promise<EvalResult> 
     database,
     secrets: target.secrets,
     vectors: new VectorStore(database, quietLog),
+    limits: DOCUMENT_LIMIT_DEFAULTS,
+    extractor: new DocumentExtractor(),
+    // The evaluation's embedding server, if one is configured, runs on this machine.
+    outbound: { outboundAllowPrivate: true, modelBaseUrlAllow: [] },
     log: quietLog,
   };
   const keyOf = new Map<number, string>();
@@ -80,6 +85,7 @@ export async function runRetrievalEval(target: EvalTarget): Promise<EvalResult> 
     await processDocument(deps, row.id);
     keyOf.set(row.id, file.key);
   }
+  deps.extractor.close();
 
   const principal: OrgPrincipal = {
     kind: 'organization',

@@ -66,6 +66,23 @@ export interface BuildOptions {
 // Time left, after turns were given their chance to finish, to record cancellations before main.ts exits.
 const CANCEL_MARGIN_MS = 3_000;
 
+/** Longest path parameter the router matches; longer ones are 414 `uri_too_long`. */
+const MAX_PARAM_LENGTH = 1000;
+
+function routerError(error: { code?: string }): ApiError {
+  if (error.code === 'FST_ERR_MAX_PARAM_LENGTH') {
+    return new ApiError(
+      414,
+      'uri_too_long',
+      `A path parameter is longer than ${MAX_PARAM_LENGTH} characters`,
+    );
+  }
+  if (error.code === 'FST_ERR_BAD_URL') {
+    return new ApiError(400, 'invalid_request', 'The URL is malformed: invalid percent-encoding');
+  }
+  return new ApiError(400, 'invalid_request', 'The request could not be routed');
+}
+
 export async function buildApp(deps: AppDeps, options: BuildOptions = {}): Promise<FastifyInstance> {
   const { config } = deps;
   const app = Fastify({
@@ -75,6 +92,11 @@ export async function buildApp(deps: AppDeps, options: BuildOptions = {}): Promi
       return typeof given === 'string' && /^[\w.-]{1,128}$/.test(given) ? given : randomUUID();
     },
     bodyLimit: 1024 * 1024,
+    // Long enough that an over-long id reaches its route and gets that route's 400 or 404.
+    routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
+    // The router's own refusals (bad percent-encoding, a parameter past maxParamLength) answer in
+    // the API family's envelope like every other error, never in Fastify's body.
+    frameworkErrors: (error, request, reply) => sendError(request, reply, routerError(error)),
     return503OnClosing: true,
     forceCloseConnections: 'idle',
   }).withTypeProvider<TypeBoxTypeProvider>();

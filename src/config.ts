@@ -14,6 +14,11 @@ export interface Config {
   rateLimitPerMinute: number;
   defaultOrgCredits: number;
   outboundAllowPrivate: boolean;
+  /**
+   * `host:port` patterns a model configuration's base URL may use although private (a local model
+   * server): MODEL_BASE_URL_ALLOW, plus the host of LLM_BASE_URL, which the operator chose.
+   */
+  modelBaseUrlAllow: string[];
   llm: { provider: LlmProvider; baseUrl: string | null; apiKey: string | null; model: string } | null;
   secretKey: string | null;
   webhookRetryBaseMs: number;
@@ -23,10 +28,40 @@ export interface Config {
   turnLeaseMs: number;
   /** A model silent this long fails the turn. */
   modelIdleTimeoutMs: number;
+  /** Hard bounds on extracting one uploaded document (see DOCUMENT_LIMIT_DEFAULTS). */
+  documentLimits: DocumentLimits;
   logLevel: string;
   /** Browser origins allowed to call the API (CORS); empty: CORS is off. */
   corsOrigins: string[];
 }
+
+/**
+ * What one document's text extraction may use. A document past any bound fails at once with a
+ * reason; extraction runs in a child process, so a bound that is missed costs that process only.
+ */
+export interface DocumentLimits {
+  /** Bytes the parsed parts may inflate to: a DOCX's XML parts, a PDF's non-image streams. */
+  maxDecompressedBytes: number;
+  /** XML or HTML elements (start tags) of a DOCX or HTML file. */
+  maxElements: number;
+  maxPages: number;
+  /** Characters of extracted text. */
+  maxChars: number;
+  /** Wall time of one extraction. */
+  timeoutMs: number;
+  /** The extractor's V8 heap; its resident memory may reach twice this before it is killed. */
+  memoryMb: number;
+}
+
+export const DOCUMENT_LIMIT_DEFAULTS: DocumentLimits = {
+  maxDecompressedBytes: 64 * 1024 * 1024,
+  // mammoth holds about 1 KB of heap per XML element: 500,000 fit in the default heap.
+  maxElements: 500_000,
+  maxPages: 2_000,
+  maxChars: 10_000_000,
+  timeoutMs: 60_000,
+  memoryMb: 1024,
+};
 
 /** A bad environment value stops start-up with one line naming the variable. */
 export class ConfigError extends Error {}
@@ -82,6 +117,41 @@ function url(env: Env, name: string, protocols: string[]): string | undefined {
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 const LLM_PROVIDERS: readonly LlmProvider[] = ENVIRONMENT_PROVIDERS;
 
+// host (name, IPv4, [IPv6] or *.domain) ':' port or '*'
+const HOST_PORT = /^(\*\.)?([a-z0-9-]+(\.[a-z0-9-]+)*|\[[0-9a-f:.]+\]):(\d{1,5}|\*)$/;
+
+function modelBaseUrlAllow(env: Env, llm: Config['llm']): string[] {
+  const patterns = (read(env, 'MODEL_BASE_URL_ALLOW') ?? '')
+    .split(',')
+    .map((entry) => entry.trim().toLowerCase())
+    .filter(Boolean);
+  for (const pattern of patterns) {
+    if (!HOST_PORT.test(pattern)) {
+      throw new ConfigError(
+        `MODEL_BASE_URL_ALLOW must be comma-separated host:port patterns (e.g. 127.0.0.1:11434, *.internal:*), got "${pattern}"`,
+      );
+    }
+  }
+  if (llm?.baseUrl) {
+    const url = new URL(llm.baseUrl);
+    patterns.push(`${url.hostname.toLowerCase()}:${url.port || (url.protocol === 'https:' ? '443' : '80')}`);
+  }
+  return patterns;
+}
+
+function documentLimits(env: Env): DocumentLimits {
+  const d = DOCUMENT_LIMIT_DEFAULTS;
+  const mb = 1024 * 1024;
+  return {
+    maxDecompressedBytes: integer(env, 'DOCUMENT_MAX_DECOMPRESSED_MB', d.maxDecompressedBytes / mb, 1) * mb,
+    maxElements: integer(env, 'DOCUMENT_MAX_ELEMENTS', d.maxElements, 1),
+    maxPages: integer(env, 'DOCUMENT_MAX_PAGES', d.maxPages, 1),
+    maxChars: integer(env, 'DOCUMENT_MAX_CHARS', d.maxChars, 1),
+    timeoutMs: integer(env, 'DOCUMENT_EXTRACT_TIMEOUT_MS', d.timeoutMs, 100),
+    memoryMb: integer(env, 'DOCUMENT_EXTRACT_MEMORY_MB', d.memoryMb, 64),
+  };
+}
+
 function llmSettings(env: Env): Config['llm'] {
   const provider = read(env, 'LLM_PROVIDER');
   if (provider === undefined || provider === 'builtin') return null;
@@ -111,6 +181,7 @@ export function loadConfig(env: Env = process.env): Config {
   if (secretKey !== null && secretKey.length < 16) {
     throw new ConfigError('SECRET_KEY must be at least 16 characters');
   }
+  const llm = llmSettings(env);
   const publicBaseUrl = url(env, 'PUBLIC_BASE_URL', ['http:', 'https:']) ?? `http://${host}:${port}`;
   return {
     port,
@@ -123,13 +194,15 @@ export function loadConfig(env: Env = process.env): Config {
     rateLimitPerMinute: integer(env, 'RATE_LIMIT_PER_MINUTE', 600, 1),
     defaultOrgCredits: number(env, 'DEFAULT_ORG_CREDITS', 1000),
     outboundAllowPrivate: boolean(env, 'OUTBOUND_ALLOW_PRIVATE', false),
-    llm: llmSettings(env),
+    modelBaseUrlAllow: modelBaseUrlAllow(env, llm),
+    llm,
     secretKey,
     webhookRetryBaseMs: integer(env, 'WEBHOOK_RETRY_BASE_MS', 10_000, 1),
     uploadMaxBytes: integer(env, 'UPLOAD_MAX_BYTES', 50 * 1024 * 1024, 1),
     shutdownGraceMs: integer(env, 'SHUTDOWN_GRACE_MS', 25_000, 0),
     turnLeaseMs: integer(env, 'TURN_LEASE_MS', 60_000, 1000),
     modelIdleTimeoutMs: integer(env, 'MODEL_IDLE_TIMEOUT_MS', 120_000, 1000),
+    documentLimits: documentLimits(env),
     logLevel,
     corsOrigins: corsOrigins(env),
   };

@@ -5,6 +5,7 @@ import type { AppDeps } from './core/deps.js';
 import { createSecretBox, resolveSecret, type SecretBox } from './crypto/secret-box.js';
 import { type Database, migrateDatabase, openDatabase } from './db/client.js';
 import { createJobQueue, type JobQueue, type JobQueueOptions } from './jobs/queue.js';
+import { DocumentExtractor } from './knowledge/extractor.js';
 import { VectorStore } from './knowledge/vector-store.js';
 import { ModelCache } from './llm/model-cache.js';
 import { toolFamilies as allToolFamilies } from './llm/tools/index.js';
@@ -84,9 +85,11 @@ export async function createRoot(config: Config, options: RootOptions = {}): Pro
       secrets = createSecretBox(secret.secret);
     }
 
-    const models = new ModelCache(secrets);
+    const models = new ModelCache(secrets, config);
     owned('models', () => models.close());
     const vectors = new VectorStore(database, log);
+    const extractor = new DocumentExtractor();
+    owned('extractor', () => extractor.close());
     const mcp = new McpPool({ ...DEFAULT_MCP_POOL_OPTIONS, allowPrivate: config.outboundAllowPrivate });
     owned('mcp', () => mcp.close());
     const streams = new StreamHub(database, log, options.streamHub);
@@ -129,6 +132,7 @@ export async function createRoot(config: Config, options: RootOptions = {}): Pro
       mcp,
       models,
       vectors,
+      extractor,
       toolFamilies: families,
       turns,
       close,

@@ -8,6 +8,7 @@ import {
   splitWords,
 } from '../src/llm/builtin-model.js';
 import { createLanguageModel } from '../src/llm/providers.js';
+import { LOOPBACK_MODELS } from './helpers/fake-model-server.js';
 
 const NO_PROVIDER = (request: string) =>
   `I am Scriptorium's built-in offline model, not a real language model. No model provider is configured, so I cannot understand or answer your request ("${request}").\n\n` +
@@ -129,7 +130,13 @@ describe('BuiltinLanguageModel', () => {
   it('does the same through generateText (doGenerate)', async () => {
     const calls: string[] = [];
     const result = await generateText({
-      model: createLanguageModel({ provider: 'builtin', model: 'ignored', baseUrl: null, apiKey: null }),
+      model: createLanguageModel({
+        provider: 'builtin',
+        model: 'ignored',
+        baseUrl: null,
+        apiKey: null,
+        outbound: LOOPBACK_MODELS,
+      }),
       prompt: 'How do I reset my password?',
       tools: { knowledge_search: knowledgeTool(calls) },
       stopWhen: stepCountIs(3),

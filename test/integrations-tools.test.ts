@@ -8,7 +8,7 @@ import { collectTools, type ToolScope } from '../src/llm/tools/registry.js';
 import { DEFAULT_MCP_POOL_OPTIONS } from '../src/mcp/client-pool.js';
 import { PROVIDER_TOOL_NAME } from '../src/mcp/tool-names.js';
 import { buildTestApp, call, createOrg, expectStatus, type TestApp, type TestOrg } from './helpers/app.js';
-import { type FakeModelServer, startFakeModelServer } from './helpers/fake-model-server.js';
+import { type FakeModelServer, LOOPBACK_MODELS, startFakeModelServer } from './helpers/fake-model-server.js';
 import { startMcpServer, type TestMcpServer, unusedLoopbackUrl } from './helpers/mcp-server.js';
 
 interface LogEntry {
@@ -90,6 +90,7 @@ describe('integrations tool family', () => {
       model: 'fake',
       baseUrl: model.baseUrl,
       apiKey: null,
+      outbound: LOOPBACK_MODELS,
     });
 
   async function run(tools: Record<string, Tool>, prompt = 'Use the tool') {

@@ -376,6 +376,9 @@ describe('integrations without OUTBOUND_ALLOW_PRIVATE', () => {
       'https://127.0.0.1/mcp',
       'https://localhost/mcp',
       'https://10.1.2.3/mcp',
+      'https://[::127.0.0.1]/mcp',
+      'https://[2002:7f00:1::]/mcp',
+      'https://tools.localhost./mcp',
     ]) {
       const res = await call(t, 'POST', '/api/v1/integrations', {
         key: org.orgKey,

@@ -22,6 +22,7 @@ import {
 import {
   type FakeModelServer,
   fakeEmbedding,
+  LOOPBACK_MODELS,
   startFakeAnthropicServer,
   startFakeModelServer,
 } from './helpers/fake-model-server.js';
@@ -53,6 +54,7 @@ describe('openai-compatible provider', () => {
       model: 'local-llama',
       baseUrl: server.baseUrl,
       apiKey: 'sk-local',
+      outbound: LOOPBACK_MODELS,
     };
   });
   afterEach(() => server.reset());
@@ -86,7 +88,7 @@ describe('openai-compatible provider', () => {
 
   it('answers non-streaming calls with the default echo and word-count usage', async () => {
     const result = await generateText({
-      model: createLanguageModel({ ...settings, apiKey: null }),
+      model: createLanguageModel({ ...settings, apiKey: null, outbound: LOOPBACK_MODELS }),
       system: 'Be brief.',
       prompt: 'ping the server please',
     });
@@ -307,6 +309,7 @@ describe('openai provider (chat completions API)', () => {
       model: 'gpt-4o-mini',
       baseUrl: server.baseUrl,
       apiKey: 'sk-x',
+      outbound: LOOPBACK_MODELS,
     });
     expect(model.provider).toBe('openai.chat');
     const result = streamText({ model, prompt: 'hello' });
@@ -331,6 +334,7 @@ describe('openai provider (chat completions API)', () => {
         model: 'gpt-4o-mini',
         baseUrl: server.baseUrl,
         apiKey: 'k',
+        outbound: LOOPBACK_MODELS,
       }),
       prompt: 'Weather in Oslo?',
       tools: { get_weather: weatherTool(calls) },
@@ -352,7 +356,13 @@ describe('openai provider (chat completions API)', () => {
     process.env.OPENAI_API_KEY = 'sk-real-openai-key';
     try {
       await generateText({
-        model: createLanguageModel({ provider: 'openai', model: 'm', baseUrl: server.baseUrl, apiKey: null }),
+        model: createLanguageModel({
+          provider: 'openai',
+          model: 'm',
+          baseUrl: server.baseUrl,
+          apiKey: null,
+          outbound: LOOPBACK_MODELS,
+        }),
         prompt: 'x',
       });
     } finally {
@@ -371,6 +381,7 @@ describe('anthropic provider', () => {
       model: 'claude-haiku-4-5',
       baseUrl: server.baseUrl,
       apiKey: 'sk-ant',
+      outbound: LOOPBACK_MODELS,
     });
 
   beforeAll(async () => {
@@ -481,6 +492,7 @@ describe('embeddings', () => {
       model: 'fake-embedding',
       baseUrl: server.baseUrl,
       apiKey: null,
+      outbound: LOOPBACK_MODELS,
     });
     expect(model).not.toBeNull();
     const result = await embed({ model: model!, value: 'hello brave world' });
@@ -499,6 +511,7 @@ describe('embeddings', () => {
       model: 'text-embedding-3-small',
       baseUrl: server.baseUrl,
       apiKey: 'k',
+      outbound: LOOPBACK_MODELS,
     });
     const values = ['the cat sat on the mat', 'the cat sat on a mat', 'quarterly revenue grew strongly'];
     const result = await embedMany({ model: model!, values });
@@ -518,6 +531,7 @@ describe('embeddings', () => {
         model: 'e',
         baseUrl: wide.baseUrl,
         apiKey: null,
+        outbound: LOOPBACK_MODELS,
       });
       await expect(embed({ model: model!, value: 'x' })).rejects.toSatisfy((e) => APICallError.isInstance(e));
       const result = await embed({ model: model!, value: 'wide vectors' });
@@ -530,7 +544,15 @@ describe('embeddings', () => {
 
   it('has no embedding model for anthropic and builtin', () => {
     for (const provider of ['anthropic', 'builtin'] as const) {
-      expect(createEmbeddingModel({ provider, model: 'm', baseUrl: null, apiKey: null })).toBeNull();
+      expect(
+        createEmbeddingModel({
+          provider,
+          model: 'm',
+          baseUrl: null,
+          apiKey: null,
+          outbound: LOOPBACK_MODELS,
+        }),
+      ).toBeNull();
     }
   });
 });
@@ -542,6 +564,7 @@ describe('createLanguageModel', () => {
       model: 'anything',
       baseUrl: null,
       apiKey: null,
+      outbound: LOOPBACK_MODELS,
     });
     expect(model).toBeInstanceOf(BuiltinLanguageModel);
     expect([model.provider, model.modelId]).toEqual(['builtin', 'scriptorium-offline']);
@@ -549,10 +572,22 @@ describe('createLanguageModel', () => {
 
   it('rejects an openai-compatible setting without base URL, and unknown providers', () => {
     expect(() =>
-      createLanguageModel({ provider: 'openai-compatible', model: 'm', baseUrl: null, apiKey: null }),
+      createLanguageModel({
+        provider: 'openai-compatible',
+        model: 'm',
+        baseUrl: null,
+        apiKey: null,
+        outbound: LOOPBACK_MODELS,
+      }),
     ).toThrow(ProviderConfigurationError);
     expect(() =>
-      createLanguageModel({ provider: 'mystery' as never, model: 'm', baseUrl: null, apiKey: null }),
+      createLanguageModel({
+        provider: 'mystery' as never,
+        model: 'm',
+        baseUrl: null,
+        apiKey: null,
+        outbound: LOOPBACK_MODELS,
+      }),
     ).toThrow('Unknown model provider: mystery');
   });
 
@@ -564,6 +599,7 @@ describe('createLanguageModel', () => {
         model: 'm',
         baseUrl: `${server.baseUrl}/`,
         apiKey: null,
+        outbound: LOOPBACK_MODELS,
       });
       const result = await generateText({ model, prompt: 'slash' });
       expect(result.text).toBe('Echo: slash');
@@ -583,6 +619,7 @@ describe('fake model server', () => {
       model: 'm',
       baseUrl: server.baseUrl,
       apiKey: null,
+      outbound: LOOPBACK_MODELS,
     };
     const hanging = generateText({ model: createLanguageModel(settings), prompt: 'x', maxRetries: 0 }).catch(
       (e: unknown) => e,

@@ -108,6 +108,12 @@ describe('project webhooks', () => {
       'https://localhost:8443/in',
       'https://10.1.2.3/in',
       'https://[::1]/in',
+      // The probe's escapes: IPv4-compatible, 6to4, Teredo, site-local, a trailing dot.
+      'https://[::127.0.0.1]/in',
+      'https://[2002:7f00:1::]/in',
+      'https://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/in',
+      'https://[fec0::1]/in',
+      'https://localhost./in',
       'https://user:pw@hooks.example.com/in',
       'ftp://hooks.example.com/in',
       'not a url',

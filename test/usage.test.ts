@@ -101,6 +101,16 @@ describe('usage report', () => {
       400,
     );
     const member = await createMember(t, org);
-    expectV1Error(await call(t, 'GET', '/api/v1/usage', { key: member.key }), 403);
+    const refused = await call(t, 'GET', '/api/v1/usage', { key: member.key });
+    expectV1Error(refused, 403);
+    // A read, so the refusal speaks of reading (not of changing management resources).
+    expect(refused.body.error.message).toBe('Members may not read usage; only organization admins may');
+    for (const url of ['/api/v1/users', `/api/v1/users/${org.adminUserId}`, '/api/v1/api_keys']) {
+      const res = await call(t, 'GET', url, { key: member.key });
+      expectV1Error(res, 403);
+      expect(res.body.error.message, url).toMatch(
+        /^Members may not read (users|API keys); only organization admins may$/,
+      );
+    }
   });
 });

@@ -1,5 +1,6 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { JobQueue } from '../jobs/queue.js';
+import type { DocumentExtractor } from '../knowledge/extractor.js';
 import type { ToolFamilies } from '../llm/tools/registry.js';
 import type { StreamHub } from '../streams/stream-hub.js';
 import type { TurnRunner } from '../turns/runner.js';
@@ -12,6 +13,8 @@ import type { ServiceResources } from './context.js';
  */
 export interface AppDeps extends ServiceResources {
   log: FastifyBaseLogger;
+  /** The bounded child process that extracts document text (started on demand, exits when idle). */
+  extractor: DocumentExtractor;
   /** Durable background jobs (pg-boss); started by main.ts and the worker. */
   jobs: JobQueue;
   /** Numbered event streams (chat turns, artifact streams), shared between processes through the database. */

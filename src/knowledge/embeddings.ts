@@ -5,6 +5,7 @@ import type { SecretBox } from '../crypto/secret-box.js';
 import type { Queryable } from '../db/client.js';
 import { modelConfigurations } from '../db/schema/index.js';
 import { createEmbeddingModel } from '../llm/providers.js';
+import type { ModelUrlRule } from '../net/model-base-url.js';
 
 export interface EmbeddingModelChoice {
   configurationId: number;
@@ -21,6 +22,7 @@ export async function embeddingModelFor(
   db: Queryable,
   secrets: SecretBox,
   organizationId: number,
+  outbound: ModelUrlRule,
 ): Promise<EmbeddingModelChoice | null> {
   const [configuration] = await db
     .select()
@@ -41,6 +43,7 @@ export async function embeddingModelFor(
       model: configuration.model,
       baseUrl: configuration.baseUrl,
       apiKey: configuration.apiKeyEncrypted ? secrets.decrypt(configuration.apiKeyEncrypted) : null,
+      outbound,
     });
     return {
       configurationId: configuration.id,

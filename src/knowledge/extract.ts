@@ -1,17 +1,28 @@
 import { parse as parseCsv } from 'csv-parse/sync';
 import { convert as htmlToText, type SelectorDefinition } from 'html-to-text';
-import mammoth from 'mammoth';
+import { DOCUMENT_LIMIT_DEFAULTS, type DocumentLimits } from '../config.js';
 import { type Block, type Extraction, ExtractionError, reason } from './blocks.js';
+import { checkDocxPackage, checkElementCount, tooMuchText } from './bounds.js';
 import { decodeText, isSupported, MEDIA_TYPES } from './media-type.js';
-import { extractPdf } from './pdf.js';
 
 const SUPPORTED_NAMES = 'PDF, DOCX, HTML, Markdown, plain text, CSV and JSON';
 
-export async function extractDocument(bytes: Uint8Array, mediaType: string): Promise<Extraction> {
+/**
+ * The document's text as blocks, within `limits` (a document past one fails with the reason).
+ * The server runs this in a child process (`extractor.ts`), never on its own event loop.
+ */
+export async function extractDocument(
+  bytes: Uint8Array,
+  mediaType: string,
+  limits: DocumentLimits = DOCUMENT_LIMIT_DEFAULTS,
+): Promise<Extraction> {
   if (!isSupported(mediaType)) {
     throw new ExtractionError(`Unsupported file type ${mediaType}: supported are ${SUPPORTED_NAMES}`);
   }
-  const extraction = await extractSupported(bytes, mediaType);
+  const extraction = await extractSupported(bytes, mediaType, limits);
+  let chars = 0;
+  for (const block of extraction.blocks) chars += block.text.length;
+  if (chars > limits.maxChars) throw tooMuchText(limits);
   if (!extraction.blocks.some((block) => block.kind === 'text' && block.text.trim() !== '')) {
     throw new ExtractionError(
       extraction.ocrError
@@ -23,15 +34,24 @@ export async function extractDocument(bytes: Uint8Array, mediaType: string): Pro
   return extraction;
 }
 
-async function extractSupported(bytes: Uint8Array, mediaType: string): Promise<Extraction> {
+async function extractSupported(
+  bytes: Uint8Array,
+  mediaType: string,
+  limits: DocumentLimits,
+): Promise<Extraction> {
   const plain = (blocks: Block[]): Extraction => ({ blocks, pageCount: null, ocrError: null });
   switch (mediaType) {
+    // PDF.js and mammoth load only for their own formats: the extractor process starts per document.
     case MEDIA_TYPES.pdf:
-      return extractPdf(bytes);
+      return (await import('./pdf.js')).extractPdf(bytes, limits);
     case MEDIA_TYPES.docx:
+      await checkDocxPackage(bytes, limits);
       return plain(htmlBlocks(await docxToHtml(bytes), false));
-    case MEDIA_TYPES.html:
-      return plain(htmlBlocks(textOf(bytes), true));
+    case MEDIA_TYPES.html: {
+      const html = textOf(bytes);
+      checkElementCount(html, limits);
+      return plain(htmlBlocks(html, true));
+    }
     case MEDIA_TYPES.markdown:
       return plain(markdownBlocks(textOf(bytes)));
     case MEDIA_TYPES.csv:
@@ -50,8 +70,13 @@ function textOf(bytes: Uint8Array): string {
 }
 
 async function docxToHtml(bytes: Uint8Array): Promise<string> {
+  const { default: mammoth } = await import('mammoth');
   try {
-    const result = await mammoth.convertToHtml({ buffer: Buffer.from(bytes) });
+    const result = await mammoth.convertToHtml(
+      { buffer: Buffer.from(bytes) },
+      // Images would be read and inlined as data URIs only to be dropped: they are never read.
+      { convertImage: mammoth.images.imgElement(async () => ({ src: '' })) },
+    );
     return result.value;
   } catch (err) {
     throw new ExtractionError(`The DOCX file could not be read: ${reason(err)}`);

@@ -1,8 +1,17 @@
-import { extractTextItems, getDocumentProxy, getResolvedPDFJS } from 'unpdf';
+import { getDocumentProxy, getResolvedPDFJS } from 'unpdf';
+import type { DocumentLimits } from '../config.js';
 import { type Block, type Extraction, ExtractionError, reason } from './blocks.js';
+import { checkPdfStreams, tooMuchText } from './bounds.js';
 
 type PdfDocument = Awaited<ReturnType<typeof getDocumentProxy>>;
-type TextItem = Awaited<ReturnType<typeof extractTextItems>>['items'][number][number];
+
+interface TextItem {
+  str: string;
+  y: number;
+  fontSize: number;
+  height: number;
+  hasEOL: boolean;
+}
 
 interface Line {
   text: string;
@@ -13,8 +22,11 @@ interface Line {
 /**
  * Text of each page through PDF.js (`unpdf`), split into paragraphs by vertical gaps. Pages with
  * images and no text are scanned pages: there is no OCR engine, so they are reported in `ocrError`.
+ * Bounded: the streams' inflated size before parsing, the page count before reading any page,
+ * and the text as it grows; pages are read one at a time and released.
  */
-export async function extractPdf(bytes: Uint8Array): Promise<Extraction> {
+export async function extractPdf(bytes: Uint8Array, limits: DocumentLimits): Promise<Extraction> {
+  checkPdfStreams(bytes, limits);
   let pdf: PdfDocument;
   try {
     // PDF.js may take ownership of the buffer it is given, so it gets a copy.
@@ -26,7 +38,11 @@ export async function extractPdf(bytes: Uint8Array): Promise<Extraction> {
     throw new ExtractionError(`The PDF could not be read: ${reason(err)}`);
   }
   try {
-    const { items } = await extractTextItems(pdf);
+    if (pdf.numPages > limits.maxPages) {
+      throw new ExtractionError(
+        `The PDF has too many pages: ${pdf.numPages.toLocaleString('en-US')}, more than ${limits.maxPages.toLocaleString('en-US')}`,
+      );
+    }
     const { OPS } = await getResolvedPDFJS();
     const imageOps = new Set<number>([
       OPS.paintImageXObject,
@@ -37,15 +53,35 @@ export async function extractPdf(bytes: Uint8Array): Promise<Extraction> {
     ]);
     const blocks: Block[] = [];
     const scanned: number[] = [];
-    for (let page = 1; page <= pdf.numPages; page++) {
-      const paragraphs = pageParagraphs(items[page - 1] ?? []);
-      if (paragraphs.length === 0) {
-        const ops = await (await pdf.getPage(page)).getOperatorList();
-        if (ops.fnArray.some((op) => imageOps.has(op))) scanned.push(page);
-        continue;
+    let chars = 0;
+    for (let number = 1; number <= pdf.numPages; number++) {
+      const page = await pdf.getPage(number);
+      const content = await page.getTextContent();
+      const items: TextItem[] = [];
+      for (const item of content.items) {
+        if (!('str' in item)) continue;
+        const [, , c, d, , f] = item.transform as number[];
+        items.push({
+          str: item.str,
+          y: f,
+          fontSize: Math.hypot(c, d),
+          height: item.height,
+          hasEOL: item.hasEOL,
+        });
       }
-      blocks.push({ kind: 'heading', level: 1, text: `Page ${page}`, synthetic: true });
-      for (const text of paragraphs) blocks.push({ kind: 'text', text });
+      const paragraphs = pageParagraphs(items);
+      if (paragraphs.length === 0) {
+        const ops = await page.getOperatorList();
+        if (ops.fnArray.some((op) => imageOps.has(op))) scanned.push(number);
+      } else {
+        blocks.push({ kind: 'heading', level: 1, text: `Page ${number}`, synthetic: true });
+        for (const text of paragraphs) {
+          chars += text.length;
+          blocks.push({ kind: 'text', text });
+        }
+        if (chars > limits.maxChars) throw tooMuchText(limits);
+      }
+      page.cleanup();
     }
     return {
       blocks,

@@ -1,11 +1,13 @@
 import { and, eq, inArray, sql } from 'drizzle-orm';
+import type { DocumentLimits } from '../config.js';
 import type { SecretBox } from '../crypto/secret-box.js';
 import type { Database } from '../db/client.js';
 import { documentChunks, documentContents, documents } from '../db/schema/index.js';
-import { type Extraction, ExtractionError, reason } from './blocks.js';
-import { chunkBlocks } from './chunk.js';
+import { providerFailure } from '../llm/provider-errors.js';
+import type { ModelUrlRule } from '../net/model-base-url.js';
+import { ExtractionError, reason } from './blocks.js';
 import { embeddingModelFor, embedTexts } from './embeddings.js';
-import { extractDocument } from './extract.js';
+import { type DocumentExtractor, type ExtractedDocument, ExtractorStopped } from './extractor.js';
 import { replaceEmbeddings, type VectorStore } from './vector-store.js';
 
 /** The durable job that turns an upload into searchable chunks. */
@@ -15,8 +17,19 @@ export interface ProcessDeps {
   database: Database;
   secrets: SecretBox;
   vectors: VectorStore;
+  limits: DocumentLimits;
+  extractor: DocumentExtractor;
+  /** Where an embedding model's base URL may point. */
+  outbound: ModelUrlRule;
   log: { info(obj: object, msg: string): void; warn(obj: object, msg: string): void };
 }
+
+/**
+ * Extractions a document may start. One that stops without an answer (the extractor killed, or
+ * the whole process stopped and the job expired) is tried once more; a file that brings down
+ * two extractors is not given a third.
+ */
+export const MAX_EXTRACTION_ATTEMPTS = 2;
 
 export interface ProcessDocumentJob {
   documentId: number;
@@ -27,19 +40,15 @@ const INSERT_BATCH = 200;
 /**
  * queued -> processing -> completed | failed. Safe to run again for the same document (a retried
  * job after a crash): it claims the document only while it is queued or processing, and replaces
- * whatever chunks an earlier attempt left. Problems with the file mark it failed with a reason;
- * database errors are thrown so the job queue retries.
+ * whatever chunks an earlier attempt left. Problems with the file, bounds exceeded included, mark
+ * it failed with a reason at once; database errors are thrown so the job queue retries.
+ * Extraction and chunking run in a child process (`extractor.ts`), off this event loop.
  */
 export async function processDocument(deps: ProcessDeps, documentId: number): Promise<void> {
-  const { db } = deps.database;
-  const [claimed] = await db
-    .update(documents)
-    .set({ processingStatus: 'processing', updatedAt: sql`now()` })
-    .where(and(eq(documents.id, documentId), inArray(documents.processingStatus, ['queued', 'processing'])))
-    .returning({ organizationId: documents.organizationId, mediaType: documents.mediaType });
+  let claimed = await claim(deps, documentId);
   if (!claimed) return;
 
-  const [content] = await db
+  const [content] = await deps.database.db
     .select({ bytes: documentContents.bytes })
     .from(documentContents)
     .where(eq(documentContents.documentId, documentId));
@@ -48,20 +57,46 @@ export async function processDocument(deps: ProcessDeps, documentId: number): Pr
     return;
   }
 
-  let extraction: Extraction;
-  try {
-    extraction = await extractDocument(content.bytes, claimed.mediaType);
-  } catch (err) {
-    // Anything the file makes a parser throw is the file's problem, not a reason to retry.
-    const error =
-      err instanceof ExtractionError
-        ? err
-        : new ExtractionError(`The file could not be read: ${reason(err)}`);
-    await fail(deps, documentId, error.message, error.ocrError);
+  const stoppedTooOften = () =>
+    fail(
+      deps,
+      documentId,
+      `Text extraction stopped without finishing ${MAX_EXTRACTION_ATTEMPTS} times (the extractor crashed or was stopped); the document is not tried again`,
+      null,
+    );
+  // A job run after the process died mid-extraction finds the attempts of the runs before it.
+  if (claimed.attempts > MAX_EXTRACTION_ATTEMPTS) {
+    await stoppedTooOften();
     return;
   }
+  let extraction: ExtractedDocument;
+  for (;;) {
+    try {
+      extraction = await deps.extractor.extract(content.bytes, claimed.mediaType, deps.limits);
+      break;
+    } catch (err) {
+      if (!(err instanceof ExtractorStopped)) {
+        const error =
+          err instanceof ExtractionError
+            ? err
+            : new ExtractionError(`The file could not be read: ${reason(err)}`);
+        await fail(deps, documentId, error.message, error.ocrError);
+        return;
+      }
+      deps.log.warn(
+        { documentId, attempt: claimed.attempts, err: err.message },
+        'document extractor stopped',
+      );
+      if (claimed.attempts >= MAX_EXTRACTION_ATTEMPTS) {
+        await stoppedTooOften();
+        return;
+      }
+      claimed = await claim(deps, documentId);
+      if (!claimed) return;
+    }
+  }
 
-  const chunks = chunkBlocks(extraction.blocks);
+  const { chunks } = extraction;
   const chunkIds = await deps.database.db.transaction(async (tx) => {
     await tx.delete(documentChunks).where(eq(documentChunks.documentId, documentId));
     const ids: number[] = [];
@@ -102,7 +137,7 @@ export async function processDocument(deps: ProcessDeps, documentId: number): Pr
     chunkIds,
     chunks.map((chunk) => chunk.text),
   );
-  await db
+  await deps.database.db
     .update(documents)
     .set({ processingStatus: 'completed', embeddingError, processingError: null, updatedAt: sql`now()` })
     .where(and(eq(documents.id, documentId), eq(documents.processingStatus, 'processing')));
@@ -116,7 +151,12 @@ async function embedChunks(
   chunkIds: number[],
   texts: string[],
 ): Promise<string | null> {
-  const choice = await embeddingModelFor(deps.database.db, deps.secrets, target.organizationId);
+  const choice = await embeddingModelFor(
+    deps.database.db,
+    deps.secrets,
+    target.organizationId,
+    deps.outbound,
+  );
   if (!choice) return null;
   if (!choice.model) return choice.error;
   if (!(await deps.vectors.available())) {
@@ -131,9 +171,28 @@ async function embedChunks(
     );
     return null;
   } catch (err) {
-    deps.log.warn({ err: reason(err), documentId: target.documentId }, 'embedding failed');
-    return `Embedding failed: ${reason(err)}`;
+    deps.log.warn({ err, documentId: target.documentId }, 'embedding failed');
+    // Shown on the document: the provider's status, never its words (see providerFailure).
+    return `Embedding failed: ${providerFailure(err) ?? reason(err)}`;
   }
+}
+
+/** Marks the document processing and counts the attempt; null once it is done, failed or deleted. */
+async function claim(deps: ProcessDeps, documentId: number) {
+  const [claimed] = await deps.database.db
+    .update(documents)
+    .set({
+      processingStatus: 'processing',
+      processingAttempts: sql`${documents.processingAttempts} + 1`,
+      updatedAt: sql`now()`,
+    })
+    .where(and(eq(documents.id, documentId), inArray(documents.processingStatus, ['queued', 'processing'])))
+    .returning({
+      organizationId: documents.organizationId,
+      mediaType: documents.mediaType,
+      attempts: documents.processingAttempts,
+    });
+  return claimed ?? null;
 }
 
 async function fail(deps: ProcessDeps, documentId: number, message: string, ocrError: string | null) {

@@ -21,7 +21,13 @@ export const DEFAULT_PASSAGES = 5;
  */
 export function searchKnowledge(ctx: ServiceContext, request: KnowledgeQuery): Promise<Passage[]> {
   return searchPassages(
-    { database: ctx.database, secrets: ctx.secrets, vectors: ctx.vectors, log: ctx.log },
+    {
+      database: ctx.database,
+      secrets: ctx.secrets,
+      vectors: ctx.vectors,
+      outbound: ctx.config,
+      log: ctx.log,
+    },
     {
       organizationId: ctx.principal.organizationId,
       visible: documentVisibleToProject(ctx.principal, request.projectId),

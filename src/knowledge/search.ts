@@ -2,6 +2,7 @@ import { and, asc, desc, eq, inArray, type SQL, sql } from 'drizzle-orm';
 import type { SecretBox } from '../crypto/secret-box.js';
 import type { Database } from '../db/client.js';
 import { documentChunks, documents } from '../db/schema/index.js';
+import type { ModelUrlRule } from '../net/model-base-url.js';
 import { embeddingModelFor, embedQuery } from './embeddings.js';
 import { chunkEmbeddings, type VectorStore, vectorLiteral } from './vector-store.js';
 
@@ -18,6 +19,7 @@ export interface SearchDeps {
   database: Database;
   secrets: SecretBox;
   vectors: VectorStore;
+  outbound: ModelUrlRule;
   log: { info(obj: object, msg: string): void; warn(obj: object, msg: string): void };
 }
 
@@ -106,7 +108,12 @@ async function fullTextSearch(database: Database, request: SearchRequest, text: 
 
 /** Nearest chunks by cosine distance, when the organization embeds and this database has pgvector. */
 async function vectorSearch(deps: SearchDeps, request: SearchRequest): Promise<Ranked[]> {
-  const choice = await embeddingModelFor(deps.database.db, deps.secrets, request.organizationId);
+  const choice = await embeddingModelFor(
+    deps.database.db,
+    deps.secrets,
+    request.organizationId,
+    deps.outbound,
+  );
   if (!choice?.model) return [];
   if (!(await deps.vectors.available())) return [];
   let vector: number[];

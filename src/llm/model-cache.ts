@@ -1,6 +1,7 @@
 import type { LanguageModelV3 } from '@ai-sdk/provider';
 import type { SecretBox } from '../crypto/secret-box.js';
 import type { ModelConfigurationRow } from '../db/schema/index.js';
+import type { ModelUrlRule } from '../net/model-base-url.js';
 import { createLanguageModel } from './providers.js';
 
 /**
@@ -13,7 +14,11 @@ export class ModelCache {
   private static readonly MAX = 500;
   private readonly models = new Map<string, LanguageModelV3>();
 
-  constructor(private readonly secrets: SecretBox) {}
+  constructor(
+    private readonly secrets: SecretBox,
+    /** Where base URLs may point (the process's OUTBOUND_ALLOW_PRIVATE and MODEL_BASE_URL_ALLOW). */
+    private readonly outbound: ModelUrlRule,
+  ) {}
 
   /** The configuration's language model, with its stored key decrypted only here. */
   languageModel(configuration: ModelConfigurationRow): LanguageModelV3 {
@@ -31,6 +36,7 @@ export class ModelCache {
       model: configuration.model,
       baseUrl: configuration.baseUrl,
       apiKey: configuration.apiKeyEncrypted ? this.secrets.decrypt(configuration.apiKeyEncrypted) : null,
+      outbound: this.outbound,
     });
     if (cacheable) {
       if (this.models.size >= ModelCache.MAX) this.models.clear();

@@ -2,6 +2,7 @@ import { createAnthropic } from '@ai-sdk/anthropic';
 import { createOpenAI } from '@ai-sdk/openai';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
 import type { EmbeddingModelV3, LanguageModelV3 } from '@ai-sdk/provider';
+import { guardedModelFetch, type ModelUrlRule } from '../net/model-base-url.js';
 import { BuiltinLanguageModel } from './builtin-model.js';
 
 export interface ProviderSpec {
@@ -45,6 +46,8 @@ export interface ModelSettings {
   /** Like the providers' own defaults, ends with `/v1`, e.g. `http://127.0.0.1:1234/v1`. */
   baseUrl: string | null;
   apiKey: string | null;
+  /** Where the base URL may point: every request of the provider goes through this guard. */
+  outbound: ModelUrlRule;
 }
 
 export class ProviderConfigurationError extends Error {
@@ -63,9 +66,11 @@ export function createLanguageModel(settings: ModelSettings): LanguageModelV3 {
       // The Chat Completions API (not Responses) so a custom base_url can point at any OpenAI-compatible server.
       return openAIProvider(settings).chat(requireModel(settings));
     case 'anthropic':
-      return createAnthropic({ baseURL: normalizeBaseUrl(settings.baseUrl), apiKey: apiKeyFor(settings) })(
-        requireModel(settings),
-      );
+      return createAnthropic({
+        baseURL: normalizeBaseUrl(settings.baseUrl),
+        apiKey: apiKeyFor(settings),
+        fetch: guardedModelFetch(settings.outbound),
+      })(requireModel(settings));
     case 'builtin':
       return new BuiltinLanguageModel();
     default:
@@ -99,11 +104,16 @@ function openAICompatibleProvider(settings: ModelSettings) {
     apiKey: settings.apiKey ?? undefined,
     // Without this the provider omits stream_options.include_usage and streamed calls report no token usage.
     includeUsage: true,
+    fetch: guardedModelFetch(settings.outbound),
   });
 }
 
 function openAIProvider(settings: ModelSettings) {
-  return createOpenAI({ baseURL: normalizeBaseUrl(settings.baseUrl), apiKey: apiKeyFor(settings) });
+  return createOpenAI({
+    baseURL: normalizeBaseUrl(settings.baseUrl),
+    apiKey: apiKeyFor(settings),
+    fetch: guardedModelFetch(settings.outbound),
+  });
 }
 
 /**

@@ -1,52 +1,38 @@
 import { lookup as dnsLookup, type LookupAddress } from 'node:dns';
-import { BlockList, isIP, type LookupFunction } from 'node:net';
+import { isIP, type LookupFunction } from 'node:net';
+import ipaddr from 'ipaddr.js';
 
-/** Why an outbound URL (webhook, tool server) is refused; the message is shown to API clients. */
+/** Why an outbound URL (webhook, tool server, model) is refused; the message is shown to API clients. */
 export class OutboundUrlError extends Error {}
 
-// Loopback, private, link-local, carrier-grade NAT, multicast, reserved and documentation ranges.
-const blocked = new BlockList();
-for (const [net, prefix] of [
-  ['0.0.0.0', 8],
-  ['10.0.0.0', 8],
-  ['100.64.0.0', 10],
-  ['127.0.0.0', 8],
-  ['169.254.0.0', 16],
-  ['172.16.0.0', 12],
-  ['192.0.0.0', 24],
-  ['192.0.2.0', 24],
-  ['192.168.0.0', 16],
-  ['198.18.0.0', 15],
-  ['198.51.100.0', 24],
-  ['203.0.113.0', 24],
-  ['224.0.0.0', 4],
-  ['240.0.0.0', 4],
-] as const) {
-  blocked.addSubnet(net, prefix, 'ipv4');
-}
-for (const [net, prefix] of [
-  ['::', 128],
-  ['::1', 128],
-  ['::ffff:0:0', 96],
-  ['64:ff9b::', 96],
-  ['100::', 64],
-  ['2001:db8::', 32],
-  ['fc00::', 7],
-  ['fe80::', 10],
-  ['ff00::', 8],
-] as const) {
-  blocked.addSubnet(net, prefix, 'ipv6');
+/**
+ * Only global unicast is public. `ipaddr.js` names every special-purpose range of the IANA
+ * registries (loopback, private, link-local, CGNAT, reserved, documentation, NAT64, 6to4, Teredo,
+ * site-local, unique-local, multicast...); anything it classifies otherwise is refused. An
+ * IPv4-mapped address is judged as its IPv4 address.
+ */
+export function isPrivateAddress(address: string): boolean {
+  // node's parser first: ipaddr.js also accepts legacy forms (octal, `127.1`) that are not ours to guess.
+  if (isIP(address) === 0) return true;
+  let ip = ipaddr.parse(address);
+  if (ip.kind() === 'ipv6') {
+    const v6 = ip as ipaddr.IPv6;
+    if (v6.isIPv4MappedAddress()) ip = v6.toIPv4Address();
+    // IPv4-compatible `::a.b.c.d` (::/96, deprecated by RFC 4291) has no name in ipaddr.js.
+    else if (v6.parts.slice(0, 6).every((part) => part === 0)) return true;
+  }
+  return ip.range() !== 'unicast';
 }
 
-export function isPrivateAddress(address: string): boolean {
-  const family = isIP(address);
-  if (family === 0) return true;
-  if (family === 6) {
-    const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
-    if (mapped) return blocked.check(mapped[1], 'ipv4');
-    return blocked.check(address, 'ipv6');
-  }
-  return blocked.check(address, 'ipv4');
+/** Names that mean this machine or a local network, whatever DNS says; a trailing dot changes nothing. */
+function isLocalName(host: string): boolean {
+  const name = host.replace(/\.+$/, '');
+  return (
+    name === 'localhost' ||
+    name.endsWith('.localhost') ||
+    name.endsWith('.local') ||
+    name.endsWith('.internal')
+  );
 }
 
 /**
@@ -66,14 +52,7 @@ export function checkOutboundUrl(raw: string, allowPrivate: boolean): URL {
   if (allowPrivate) return url;
   if (url.protocol !== 'https:') throw new OutboundUrlError('must use https');
   const host = url.hostname.replace(/^\[|\]$/g, '').toLowerCase();
-  if (
-    host === 'localhost' ||
-    host.endsWith('.localhost') ||
-    host.endsWith('.local') ||
-    host.endsWith('.internal')
-  ) {
-    throw new OutboundUrlError('must point to a public address');
-  }
+  if (isLocalName(host)) throw new OutboundUrlError('must point to a public address');
   if (isIP(host) && isPrivateAddress(host)) throw new OutboundUrlError('must point to a public address');
   return url;
 }

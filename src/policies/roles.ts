@@ -6,4 +6,10 @@ export function requireAdmin(principal: Principal): void {
   if (principal.role !== 'admin') throw forbidden('Members may not change management resources');
 }
 
+/** Reads reserved to admins (usage, users, API keys): the refusal says what may not be read. */
+export function requireAdminToRead(principal: Principal, what: string): void {
+  if (principal.role !== 'admin')
+    throw forbidden(`Members may not read ${what}; only organization admins may`);
+}
+
 export const isAdmin = (principal: Principal) => principal.role === 'admin';

@@ -1,6 +1,6 @@
-import { APICallError } from '@ai-sdk/provider';
-import { RetryError } from 'ai';
+import { AISDKError } from '@ai-sdk/provider';
 import { ApiError, toApiError } from '../http/errors.js';
+import { providerFailure } from '../llm/provider-errors.js';
 
 /** Why a turn failed, as the client will read it (an `error` event or a 500 body). */
 export class TurnFailure extends Error {
@@ -22,15 +22,9 @@ export class TurnCancelled extends TurnFailure {
 
 export function describeFailure(err: unknown): TurnFailure {
   if (err instanceof TurnFailure) return err;
-  if (RetryError.isInstance(err)) {
-    const last = err.lastError;
-    return new TurnFailure(
-      `The model provider kept failing (${err.errors.length} attempts): ${providerMessage(last)}`,
-      'model_error',
-    );
-  }
-  if (APICallError.isInstance(err))
-    return new TurnFailure(`The model provider failed: ${providerMessage(err)}`, 'model_error');
+  // The provider's own words may come from any server a base URL names: only its status is shown.
+  const provider = providerFailure(err);
+  if (provider !== null) return new TurnFailure(`The model provider failed: ${provider}`, 'model_error');
   if (err instanceof ApiError) return new TurnFailure(err.message, err.code);
   const apiError = toApiError('v2', err);
   if (apiError.status !== 500) return new TurnFailure(apiError.message, apiError.code);
@@ -40,6 +34,10 @@ export function describeFailure(err: unknown): TurnFailure {
       'The reply could not be saved: the database is unavailable; send the message again',
       'database_unavailable',
     );
+  if (AISDKError.isInstance(err)) {
+    // The SDK's other errors quote what the provider sent (a body that is not JSON, a bad field).
+    return new TurnFailure(`The model's answer could not be used (${err.name})`, 'model_error');
+  }
   return new TurnFailure(`The model failed while generating the reply: ${errorMessage(err)}`, 'model_error');
 }
 
@@ -57,13 +55,6 @@ function isDatabaseFailure(err: unknown): boolean {
     if (e.syscall === 'connect') return true;
   }
   return false;
-}
-
-function providerMessage(err: unknown): string {
-  if (APICallError.isInstance(err)) {
-    return err.statusCode ? `HTTP ${err.statusCode}: ${err.message}` : err.message;
-  }
-  return errorMessage(err);
 }
 
 export function errorMessage(err: unknown): string {

@@ -32,6 +32,8 @@ export function testEnv(overrides: Record<string, string> = {}): Record<string, 
     LOG_LEVEL: 'silent',
     SECRET_KEY: TEST_SECRET,
     RATE_LIMIT_PER_MINUTE: '100000',
+    // The fake model servers listen on loopback; everything else follows the outbound rule.
+    MODEL_BASE_URL_ALLOW: '127.0.0.1:*',
     ...overrides,
   };
 }

@@ -6,6 +6,7 @@
 import { createHash } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
+import type { ModelUrlRule } from '../../src/net/model-base-url.js';
 
 export interface ScriptedToolCall {
   id?: string;
@@ -754,3 +755,9 @@ function safeJsonParse(text: string): unknown {
     return {};
   }
 }
+
+/** The outbound rule of tests whose models live on this machine (fake servers on 127.0.0.1). */
+export const LOOPBACK_MODELS: ModelUrlRule = {
+  outboundAllowPrivate: false,
+  modelBaseUrlAllow: ['127.0.0.1:*'],
+};

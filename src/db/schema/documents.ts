@@ -34,6 +34,8 @@ export const documents = pgTable(
     embeddingError: text('embedding_error'),
     ocrError: text('ocr_error'),
     pageCount: integer('page_count'),
+    /** Extractions started; one that stops without an answer (a crash, a kill) is tried once more, never again. */
+    processingAttempts: integer('processing_attempts').notNull().default(0),
     uploadedByUserId: integer('uploaded_by_user_id').references(() => users.id),
     apiKeyId: integer('api_key_id').references(() => apiKeys.id),
     ...timestamps,

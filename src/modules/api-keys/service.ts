@@ -4,7 +4,7 @@ import type { Queryable } from '../../db/client.js';
 import { apiKeys, users } from '../../db/schema/index.js';
 import { notFound, unprocessable } from '../../http/errors.js';
 import { offsetOf, type PageQuery } from '../../http/pagination.js';
-import { requireAdmin } from '../../policies/roles.js';
+import { requireAdmin, requireAdminToRead } from '../../policies/roles.js';
 import type { CreateApiKeyBody } from './schemas.js';
 import { type KeyKind, newKeySecret } from './secrets.js';
 
@@ -56,7 +56,7 @@ export async function createApiKey(ctx: ServiceContext, body: CreateApiKeyBody) 
 }
 
 export async function listApiKeys(ctx: ServiceContext, page: PageQuery) {
-  requireAdmin(ctx.principal);
+  requireAdminToRead(ctx.principal, 'API keys');
   const where = eq(apiKeys.organizationId, ctx.principal.organizationId);
   const [rows, [{ total }]] = await Promise.all([
     ctx.db

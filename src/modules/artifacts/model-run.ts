@@ -1,7 +1,8 @@
-import type { LanguageModelV3 } from '@ai-sdk/provider';
+import { AISDKError, type LanguageModelV3 } from '@ai-sdk/provider';
 import { type ModelMessage, stepCountIs, streamText, type Tool } from 'ai';
 import type { ChatHistoryEntry } from '../../db/schema/index.js';
 import { ApiError } from '../../http/errors.js';
+import { providerFailure } from '../../llm/provider-errors.js';
 import type { Usage } from '../credits/service.js';
 
 /** Enough steps for a few knowledge searches or tool calls before the document is written. */
@@ -116,6 +117,18 @@ function generationError(error: unknown, timedOut: boolean): ApiError {
   if (timedOut) {
     return new ApiError(500, 'generation_timed_out', 'The model did not finish the artifact in time');
   }
-  const reason = errorMessage(error).replace(/\s+/g, ' ').slice(0, 300);
-  return new ApiError(500, 'generation_failed', `The model failed while generating the artifact: ${reason}`);
+  // Never the provider's own words (see providerFailure): they reach callers and webhook payloads.
+  const provider = providerFailure(error);
+  const reason =
+    provider ??
+    (AISDKError.isInstance(error)
+      ? `its answer could not be used (${error.name})`
+      : errorMessage(error).replace(/\s+/g, ' ').slice(0, 300));
+  const failure = new ApiError(
+    500,
+    'generation_failed',
+    `The model failed while generating the artifact: ${reason}`,
+  );
+  // The original stays attached for the log of whoever reports this failure.
+  return Object.assign(failure, { cause: error });
 }

@@ -10,6 +10,8 @@ import {
 import { type Details, notFound, unprocessable } from '../../http/errors.js';
 import { offsetOf, type PageQuery } from '../../http/pagination.js';
 import { PROVIDERS, type ProviderName } from '../../llm/providers.js';
+import { assertModelBaseUrlAllowed, type ModelUrlRule } from '../../net/model-base-url.js';
+import { OutboundUrlError } from '../../net/outbound.js';
 import { requireAdmin } from '../../policies/roles.js';
 import { BUILTIN_MODEL } from './defaults.js';
 import type { CreateModelConfigurationBody, Purpose, UpdateModelConfigurationBody } from './schemas.js';
@@ -68,7 +70,7 @@ interface Settings {
 }
 
 /** What the providers need to work (src/llm/providers.ts), checked when saved rather than at first use. */
-function settingsProblems(s: Settings): Details {
+function settingsProblems(s: Settings, rule: ModelUrlRule): Details {
   const details: Details = {};
   if (s.baseUrl !== null) {
     let url: URL | null = null;
@@ -77,6 +79,14 @@ function settingsProblems(s: Settings): Details {
     } catch {}
     if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:')) {
       details.base_url = ['must be an http or https URL'];
+    } else {
+      // The outbound rule of webhooks and tool servers, plus the operator's MODEL_BASE_URL_ALLOW.
+      try {
+        assertModelBaseUrlAllowed(s.baseUrl, rule);
+      } catch (err) {
+        if (!(err instanceof OutboundUrlError)) throw err;
+        details.base_url = [err.message];
+      }
     }
   } else if (PROVIDERS[s.provider].needsBaseUrl) {
     details.base_url = [`is required for the ${s.provider} provider`];
@@ -93,8 +103,8 @@ function settingsProblems(s: Settings): Details {
   return details;
 }
 
-function check(settings: Settings) {
-  const details = settingsProblems(settings);
+function check(settings: Settings, rule: ModelUrlRule) {
+  const details = settingsProblems(settings, rule);
   if (Object.keys(details).length > 0) {
     throw unprocessable(
       `Invalid model configuration: ${Object.entries(details)
@@ -122,7 +132,7 @@ export async function createModelConfiguration(ctx: ServiceContext, body: Create
     purpose: body.purpose ?? 'chat',
     isDefault: body.is_default === true,
   };
-  check(settings);
+  check(settings, ctx.config);
   return ctx.db.transaction(async (tx) => {
     const [row] = await tx
       .insert(modelConfigurations)
@@ -173,7 +183,7 @@ export async function updateModelConfiguration(
       purpose: body.purpose ?? current.purpose,
       isDefault: wasDefault || body.is_default === true,
     };
-    check(settings);
+    check(settings, ctx.config);
     const [row] = await tx
       .update(modelConfigurations)
       .set({

@@ -32,7 +32,12 @@ const webhookEvents: Record<string, { summary: string; payload: TSchema }> = {
         api_async_create_event_id: Type.String({ format: 'uuid' }),
         project_id: Type.Integer(),
         artifact_type_slug: Type.String(),
-        reason: Type.Optional(Type.String({ description: 'Why it failed, e.g. Cancelled by the client' })),
+        reason: Type.Optional(
+          Type.String({
+            description:
+              "Why it failed, e.g. Cancelled by the client; a model provider's failure by its HTTP status only, never its text",
+          }),
+        ),
       }),
     }),
   },

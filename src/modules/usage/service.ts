@@ -2,7 +2,7 @@ import { and, eq, gte, lt, type SQL, sql } from 'drizzle-orm';
 import type { ServiceContext } from '../../core/context.js';
 import { creditLedger, organizations } from '../../db/schema/index.js';
 import { badRequest } from '../../http/errors.js';
-import { requireAdmin } from '../../policies/roles.js';
+import { requireAdminToRead } from '../../policies/roles.js';
 import type { UsageQuery, UsageRow } from './schemas.js';
 
 const DAY_MS = 86_400_000;
@@ -23,7 +23,7 @@ const groupField = {
 
 /** The ledger's usage rows summed per day, project, key or model, for the caller's organization. */
 export async function usageReport(ctx: ServiceContext, query: UsageQuery) {
-  requireAdmin(ctx.principal);
+  requireAdminToRead(ctx.principal, 'usage');
   const to = query.to ? new Date(query.to) : new Date();
   const from = query.from ? new Date(query.from) : new Date(to.getTime() - 30 * DAY_MS);
   if (from >= to) throw badRequest('from must be before to', { from: ['must be before to'] });

@@ -3,7 +3,7 @@ import type { ServiceContext } from '../../core/context.js';
 import { apiKeys, groupMembers, groups, users } from '../../db/schema/index.js';
 import { notFound } from '../../http/errors.js';
 import { offsetOf, type PageQuery } from '../../http/pagination.js';
-import { requireAdmin } from '../../policies/roles.js';
+import { requireAdmin, requireAdminToRead } from '../../policies/roles.js';
 import type { CreateUserBody, UpdateUserBody } from './schemas.js';
 
 const inOrg = (ctx: ServiceContext) =>
@@ -22,7 +22,7 @@ async function groupIdsOf(ctx: ServiceContext, userIds: number[]) {
 }
 
 export async function listUsers(ctx: ServiceContext, page: PageQuery) {
-  requireAdmin(ctx.principal);
+  requireAdminToRead(ctx.principal, 'users');
   const [rows, [{ total }]] = await Promise.all([
     ctx.db
       .select()
@@ -41,7 +41,7 @@ export async function listUsers(ctx: ServiceContext, page: PageQuery) {
 }
 
 export async function getUser(ctx: ServiceContext, id: number) {
-  requireAdmin(ctx.principal);
+  requireAdminToRead(ctx.principal, 'users');
   const [row] = await ctx.db
     .select()
     .from(users)
