@@ -75,6 +75,10 @@ export async function buildApp(deps: AppDeps, options: BuildOptions = {}): Promi
     bodyLimit: 1024 * 1024,
     return503OnClosing: true,
     forceCloseConnections: 'idle',
+    // Avvio's plugin timeout (10 s by default) also bounds close(), whose preClose hook waits for
+    // running turns for up to the grace period: a longer drain would fail the shutdown with
+    // AVV_ERR_READY_TIMEOUT. main.ts keeps the overall deadline (SHUTDOWN_GRACE_MS).
+    pluginTimeout: Math.max(10_000, config.shutdownGraceMs + 10_000),
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   app.decorate('deps', deps);
