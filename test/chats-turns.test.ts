@@ -529,7 +529,7 @@ describe('chat turns against a model server', () => {
   });
 
   describe('failures', () => {
-    it('500 when the provider keeps failing (after bounded retries); the failed turn leaves history alone', async () => {
+    it('500 when the provider keeps failing (after bounded retries); both messages show in history as failed', async () => {
       const org = await orgWithFakeModel(t);
       const chat = await newChat(t, org);
       server.enqueue({ status: 500 }, { status: 500 }, { status: 500 }, { text: 'never' });
@@ -541,10 +541,16 @@ describe('chat turns against a model server', () => {
       expect(res.body.response.message).toMatch(/HTTP 500/);
       expect(res.body.response).not.toHaveProperty('chat_id');
       expect(server.chatRequests()).toHaveLength(3);
-      expect(await historyOf(t, org, chat.id)).toEqual([]);
+      const history = await historyOf(t, org, chat.id);
+      expect(history.map((m: any) => [m.role, m.content, m.status])).toEqual([
+        ['user', 'Hi', 'failed'],
+        ['assistant', '', 'failed'],
+      ]);
+      expectMessageShape(history[0], 'user', 'failed');
+      expectMessageShape(history[1], 'assistant', 'failed');
       const got = await call(t, 'GET', `/api/v2/chats/${chat.id}`, { key: org.orgKey });
-      expect(got.body.response.chat.message_count).toBe(0);
-      // Kept for audit, out of history; the lease is free again.
+      expect(got.body.response.chat.message_count).toBe(2);
+      // Both failed with the reason; the lease is free again, and the failed turn is not sent to the model.
       const rows = await t.deps.database.db
         .select()
         .from(chatMessages)
@@ -561,6 +567,12 @@ describe('chat turns against a model server', () => {
         }),
         200,
       );
+      // The model is not given the failed turn.
+      const sent = server
+        .chatRequests()
+        .at(-1)!
+        .body.messages.filter((m: any) => m.role !== 'system');
+      expect(sent).toEqual([{ role: 'user', content: 'Hi' }]);
     });
 
     it('retries a 503 and a 429 and then answers', async () => {
@@ -613,7 +625,7 @@ describe('chat turns against a model server', () => {
       ]);
     });
 
-    it('a stream that dies mid-way: content so far, then an error event; nothing in history', async () => {
+    it('a stream that dies mid-way: content so far, then an error event; history keeps the partial reply as failed', async () => {
       const org = await orgWithFakeModel(t);
       const chat = await newChat(t, org);
       server.enqueue({ chunks: ['Part', ' one', ' two', ' three'], failAfterChunks: 2 });
@@ -623,7 +635,10 @@ describe('chat turns against a model server', () => {
       });
       expect(eventNames(res.events)).toEqual(['content', 'content', 'error']);
       expect(res.events[2].data).toEqual({ message: expect.any(String), code: 500 });
-      expect(await historyOf(t, org, chat.id)).toEqual([]);
+      expect((await historyOf(t, org, chat.id)).map((m: any) => [m.role, m.content, m.status])).toEqual([
+        ['user', 'Hi', 'failed'],
+        ['assistant', 'Part one', 'failed'],
+      ]);
       const [assistant] = await t.deps.database.db
         .select()
         .from(chatMessages)
@@ -782,7 +797,8 @@ describe('chat turns against a model server', () => {
         .select()
         .from(chatMessages)
         .where(eq(chatMessages.chatId, chat.id));
-      expect(rows.map((r) => r.status)).toEqual(['cancelled', 'cancelled']);
+      // The turn was cancelled by the shutdown; for the user, their message failed.
+      expect(rows.map((r) => r.status)).toEqual(['failed', 'failed']);
       const turns = await t.deps.database.db.select().from(chatTurns).where(eq(chatTurns.chatId, chat.id));
       expect(turns.map((turn) => turn.status)).toEqual(['cancelled']);
       server.enqueue({ text: 'Back' });

@@ -61,6 +61,15 @@ describe('faults of the server process (real processes)', () => {
     return (res.body.response.messages as Array<{ content: string }>).map((m) => m.content);
   }
 
+  async function statuses(server: ServerProcess, chatId: number) {
+    const res = await api(server, 'GET', `/api/v2/chats/${chatId}/messages`);
+    expect(res.status).toBe(200);
+    return (res.body.response.messages as Array<{ content: string; status: string }>).map((m) => [
+      m.content,
+      m.status,
+    ]);
+  }
+
   const words = (n: number, tag: string) => Array.from({ length: n }, (_, i) => ` ${tag}${i}`);
   const contentOf = (events: SseEvent[]) =>
     events
@@ -117,8 +126,12 @@ describe('faults of the server process (real processes)', () => {
     // Renewed every third of the lease: the chat was free at most a lease (plus polling) after the kill.
     if (postgres) expect(Date.now() - killedAt).toBeLessThan(LEASE_MS + 3000);
     expect(answer!.body.response.message.content).toBe('Echo: Hello?');
-    // The interrupted turn is out of the history.
-    expect(await history(survivor, chatId)).toEqual(['Hello?', 'Echo: Hello?']);
+    // The interrupted turn shows in history as failed, its reply as far as it was streamed and stored.
+    const shown = await statuses(survivor, chatId);
+    expect(shown.map(([, status]) => status)).toEqual(['failed', 'failed', 'completed', 'completed']);
+    expect(shown[0][0]).toBe('Write a long answer');
+    expect(words(40, 'w').join('').startsWith(shown[1][0])).toBe(true);
+    expect(shown.slice(2).map(([content]) => content)).toEqual(['Hello?', 'Echo: Hello?']);
 
     if (!postgres) expect(await survivor.stop()).toBe(0);
     const turns = await db.query<{ status: string }>(
@@ -203,7 +216,10 @@ describe('faults of the server process (real processes)', () => {
     for (const [i, chatId] of short.entries()) {
       expect(await history(next, chatId)).toEqual([`Stream ${i}`, shortReplies[i].join('')]);
     }
-    expect(await history(next, long)).toEqual([]);
+    // The cancelled turn shows as failed, with the reply as far as it got.
+    const stopped = await statuses(next, long);
+    expect(stopped.map(([, status]) => status)).toEqual(['failed', 'failed']);
+    expect(stopped[1][0]).toBe(contentOf(cancelled.events));
     const after = await api(next, 'POST', `/api/v2/chats/${long}/messages`, { content: 'Still there?' });
     expect(after.status, JSON.stringify(after.body)).toBe(200);
     expect(await next.stop()).toBe(0);

@@ -8,7 +8,8 @@ import { releaseTurnLease } from './lease.js';
 /**
  * How a turn ended. `completed` and `cancelled` (by a cancel request) keep the reply in history,
  * as far as it got, charged for what the model reported. `failed` (an error, or the server
- * stopping: `failure.cancelled`) keeps both messages for audit, out of history.
+ * stopping: `failure.cancelled`) marks both messages `failed`: shown in history as such, never
+ * given to the model again; the reply keeps what was generated.
  */
 export type TurnEnd =
   | { kind: 'completed' }
@@ -34,12 +35,9 @@ export interface TurnOutcomeRecord {
 export async function finishTurn(tx: Queryable, outcome: TurnOutcomeRecord): Promise<MessageRow> {
   const { end, usage } = outcome;
   const failed = end.kind === 'failed';
-  const status =
-    end.kind === 'completed'
-      ? 'completed'
-      : end.kind === 'cancelled' || end.failure.cancelled
-        ? 'cancelled'
-        : 'failed';
+  const status = end.kind === 'completed' ? 'completed' : end.kind === 'cancelled' ? 'cancelled' : 'failed';
+  // The turn records who stopped it (a shutdown cancels it); its messages simply failed.
+  const turnStatus = failed && end.failure.cancelled ? 'cancelled' : status;
   // A failed turn is charged only when the model reported usage; a finished one always gets its ledger row.
   const spent = usage.inputTokens > 0 || usage.outputTokens > 0;
   const credits = !failed || spent ? await chargeUsage(tx, { ...outcome.charge, usage }) : 0;
@@ -58,7 +56,11 @@ export async function finishTurn(tx: Queryable, outcome: TurnOutcomeRecord): Pro
     })
     .where(eq(chatMessages.id, outcome.assistantMessageId))
     .returning();
-  if (failed) await tx.update(chatMessages).set({ status }).where(eq(chatMessages.id, outcome.userMessageId));
-  await releaseTurnLease(tx, outcome.turnId, status);
+  if (failed)
+    await tx
+      .update(chatMessages)
+      .set({ status, error: end.failure.message })
+      .where(eq(chatMessages.id, outcome.userMessageId));
+  await releaseTurnLease(tx, outcome.turnId, turnStatus);
   return row;
 }

@@ -2,6 +2,7 @@ import { and, eq, inArray, lt, sql } from 'drizzle-orm';
 import type { Queryable } from '../db/client.js';
 import { type ChatTurnStatus, chatMessages, chatTurns } from '../db/schema/index.js';
 import { conflict } from '../http/errors.js';
+import { turnStreamKey } from './events.js';
 
 /**
  * The one-turn-per-chat rule (spec 8), held in the database so it spans processes: a `running`
@@ -28,14 +29,26 @@ export async function acquireTurnLease(
         lt(chatTurns.leaseExpiresAt, sql`now()`),
       ),
     )
-    .returning({ userMessageId: chatTurns.userMessageId, assistantMessageId: chatTurns.assistantMessageId });
+    .returning({
+      id: chatTurns.id,
+      userMessageId: chatTurns.userMessageId,
+      assistantMessageId: chatTurns.assistantMessageId,
+    });
   const orphans = stale.flatMap((t) => [t.userMessageId, t.assistantMessageId]).filter((id) => id !== null);
   if (orphans.length > 0) {
-    // The dead process's reply never finished: keep its rows for audit, out of history.
+    // The dead process's turn never finished: both messages show as failed in history.
     await tx
       .update(chatMessages)
-      .set({ status: 'failed', error: 'The turn was interrupted (its process stopped)' })
+      .set({ status: 'failed', error: INTERRUPTED })
       .where(inArray(chatMessages.id, orphans));
+    // Its reply keeps what was streamed before the process stopped (the stored events).
+    for (const turn of stale) {
+      if (turn.assistantMessageId === null) continue;
+      await tx
+        .update(chatMessages)
+        .set({ content: partialReplySql(turn.id) })
+        .where(eq(chatMessages.id, turn.assistantMessageId));
+    }
   }
 
   const [turn] = await tx
@@ -57,6 +70,14 @@ export async function acquireTurnLease(
     );
   return turn.id;
 }
+
+/** Why a turn's messages failed when its process stopped without finishing it. */
+export const INTERRUPTED = 'The turn was interrupted (its process stopped)';
+
+/** The text a turn streamed before it stopped, from its stored `content` events. */
+export const partialReplySql = (turnId: number) =>
+  sql`coalesce((select string_agg(data->>'content', '' order by seq) from stream_events
+    where stream_key = ${turnStreamKey(turnId)} and event = 'content'), '')`;
 
 /** Pushes the lease forward; answers whether a cancel request came for the turn meanwhile. */
 export async function renewTurnLease(db: Queryable, turnId: number, leaseMs: number): Promise<boolean> {

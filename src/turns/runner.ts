@@ -1,4 +1,5 @@
 import { setMaxListeners } from 'node:events';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { type ModelMessage, stepCountIs, streamText } from 'ai';
 import { eq, sql } from 'drizzle-orm';
 import type { FastifyBaseLogger } from 'fastify';
@@ -67,6 +68,9 @@ export interface TurnOptions {
   announceChat?: ChatView;
 }
 
+/** How long a failed turn's end is retried while the database does not answer. */
+const RECORD_RETRY_MS = 10 * 60_000;
+
 /** Cancel requests for turns running in another process arrive on this channel (payload: the turn id). */
 export const TURN_CANCEL_CHANNEL = 'scriptorium_turn_cancels';
 
@@ -79,6 +83,8 @@ export class TurnRunner {
   private readonly shutdown = new AbortController();
   /** Turns running in this process, by id: how to stop each one. */
   private readonly running = new Map<number, AbortController>();
+  /** Ends of failed turns that could not be written yet (the database was away), retried. */
+  private readonly recordings = new Set<Promise<void>>();
   private listeningForCancels = false;
 
   constructor(
@@ -203,20 +209,60 @@ export class TurnRunner {
       .catch((err) => log.warn({ err }, 'could not listen for cancel requests; lease renewals check them'));
   }
 
-  /** Lets running turns finish for up to `graceMs`, then cancels the rest and waits for them to record it. */
+  /**
+   * Lets running turns (and failed turns still waiting to be recorded) finish for up to `graceMs`,
+   * then cancels the rest and waits for them to record it. Records still pending then are left
+   * to the lease's expiry.
+   */
   async close(graceMs = 0): Promise<void> {
-    if (this.inFlight.size === 0) return;
+    const pending = () => [...this.inFlight, ...this.recordings];
+    if (pending().length === 0) return;
     let timer: NodeJS.Timeout | undefined;
     const graceOver = new Promise<void>((resolve) => {
       timer = setTimeout(resolve, graceMs);
     });
-    await Promise.race([Promise.allSettled([...this.inFlight]), graceOver]);
+    await Promise.race([Promise.allSettled(pending()), graceOver]);
     clearTimeout(timer);
-    if (this.inFlight.size === 0) return;
+    if (pending().length === 0) return;
     this.shutdown.abort(
       new TurnFailure('The server shut down before the reply finished', 'turn_cancelled', true),
     );
-    await Promise.allSettled([...this.inFlight]);
+    await Promise.allSettled(pending());
+  }
+
+  /**
+   * Retries writing a turn's end until it is written: every 100 ms at first, then every second
+   * (so a chat is free within about a second of the database answering again), for at most
+   * RECORD_RETRY_MS, and not past the shutdown.
+   */
+  private recordLater(write: () => Promise<unknown>, log: FastifyBaseLogger): void {
+    const signal = this.shutdown.signal;
+    const task = (async () => {
+      const giveUpAt = Date.now() + RECORD_RETRY_MS;
+      let delay = 100;
+      let lastError: unknown = null;
+      while (!signal.aborted && Date.now() < giveUpAt) {
+        try {
+          await sleep(delay, undefined, { signal });
+        } catch {
+          break;
+        }
+        try {
+          await write();
+          log.info('recorded the failed turn once the database answered again');
+          return;
+        } catch (err) {
+          lastError = err;
+          delay = Math.min(delay * 2, 1000);
+        }
+      }
+      log.error(
+        { err: lastError },
+        'gave up recording the failed turn; its chat is free again when the lease expires',
+      );
+    })();
+    this.recordings.add(task);
+    void task.finally(() => this.recordings.delete(task));
   }
 
   private async run(
@@ -335,11 +381,22 @@ export class TurnRunner {
         }
       }
       log[failure.cancelled ? 'warn' : 'error']({ err }, 'chat turn failed');
-      await finish({ kind: 'failed', failure }).catch((recordErr) =>
-        log.error({ err: recordErr }, 'could not record the failed turn'),
+      const recorded = await finish({ kind: 'failed', failure }).then(
+        () => true,
+        (recordErr) => {
+          log.warn(
+            { err: recordErr },
+            'could not record the failed turn; retrying until the database answers',
+          );
+          return false;
+        },
       );
       const error = new ApiError(500, failure.code, failure.message);
       await publish(chatError(error.message, error.status, options.announceChat));
+      // The database is away (that is usually why the record failed): this process knows the turn
+      // is over, so it frees the chat as soon as the database answers instead of leaving it to the
+      // lease's expiry, and the messages show the real failure with the partial reply.
+      if (!recorded) this.recordLater(() => finish({ kind: 'failed', failure }), log);
       return { status: 'failed', error };
     } finally {
       watchdog.stop();
