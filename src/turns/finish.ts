@@ -29,15 +29,18 @@ export interface TurnOutcomeRecord {
 }
 
 /**
- * Writes a turn's result, inside the caller's transaction: the assistant message, the charge and
- * the released lease (the chat takes messages again). Returns the assistant message's row.
+ * Writes a turn's result, inside the caller's transaction: the released lease (the chat takes
+ * messages again), the assistant message and the charge. Returns the assistant message's row, or
+ * null when the turn was no longer running: another process retired its expired lease, or a
+ * cancel took over a turn whose process did not answer; their record stands.
  */
-export async function finishTurn(tx: Queryable, outcome: TurnOutcomeRecord): Promise<MessageRow> {
+export async function finishTurn(tx: Queryable, outcome: TurnOutcomeRecord): Promise<MessageRow | null> {
   const { end, usage } = outcome;
   const failed = end.kind === 'failed';
   const status = end.kind === 'completed' ? 'completed' : end.kind === 'cancelled' ? 'cancelled' : 'failed';
   // The turn records who stopped it (a shutdown cancels it); its messages simply failed.
   const turnStatus = failed && end.failure.cancelled ? 'cancelled' : status;
+  if (!(await releaseTurnLease(tx, outcome.turnId, turnStatus))) return null;
   // A failed turn is charged only when the model reported usage; a finished one always gets its ledger row.
   const spent = usage.inputTokens > 0 || usage.outputTokens > 0;
   const credits = !failed || spent ? await chargeUsage(tx, { ...outcome.charge, usage }) : 0;
@@ -61,6 +64,5 @@ export async function finishTurn(tx: Queryable, outcome: TurnOutcomeRecord): Pro
       .update(chatMessages)
       .set({ status, error: end.failure.message })
       .where(eq(chatMessages.id, outcome.userMessageId));
-  await releaseTurnLease(tx, outcome.turnId, turnStatus);
   return row;
 }

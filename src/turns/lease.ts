@@ -79,42 +79,55 @@ export const partialReplySql = (turnId: number) =>
   sql`coalesce((select string_agg(data->>'content', '' order by seq) from stream_events
     where stream_key = ${turnStreamKey(turnId)} and event = 'content'), '')`;
 
-/** Pushes the lease forward; answers whether a cancel request came for the turn meanwhile. */
-export async function renewTurnLease(db: Queryable, turnId: number, leaseMs: number): Promise<boolean> {
+/**
+ * Pushes the lease forward. `cancel`: a cancel request came for the turn meanwhile; `lost`: the
+ * turn is no longer running (another process retired it, or a cancel took it over).
+ */
+export async function renewTurnLease(
+  db: Queryable,
+  turnId: number,
+  leaseMs: number,
+): Promise<'running' | 'cancel' | 'lost'> {
   const [row] = await db
     .update(chatTurns)
     .set({ leaseExpiresAt: sql`now() + make_interval(secs => ${leaseMs / 1000})` })
     .where(and(eq(chatTurns.id, turnId), eq(chatTurns.status, 'running')))
     .returning({ cancelRequestedAt: chatTurns.cancelRequestedAt });
-  return row?.cancelRequestedAt != null;
+  if (!row) return 'lost';
+  return row.cancelRequestedAt != null ? 'cancel' : 'running';
 }
 
+/** Ends the lease; false when the turn was no longer running (its end was written by someone else). */
 export async function releaseTurnLease(
   db: Queryable,
   turnId: number,
   status: Exclude<ChatTurnStatus, 'running' | 'expired'>,
-): Promise<void> {
-  await db
+): Promise<boolean> {
+  const released = await db
     .update(chatTurns)
     .set({ status, finishedAt: sql`now()` })
-    .where(and(eq(chatTurns.id, turnId), eq(chatTurns.status, 'running')));
+    .where(and(eq(chatTurns.id, turnId), eq(chatTurns.status, 'running')))
+    .returning({ id: chatTurns.id });
+  return released.length > 0;
 }
 
 /**
  * Keeps a running turn's lease alive until stopped. Each renewal also reads the turn's cancel
- * request: the fallback for a cancel whose notification did not reach this process.
+ * request (the fallback for a cancel whose notification did not reach this process) and notices
+ * a turn that is no longer this process's to run.
  */
 export function keepLeaseAlive(
   db: Queryable,
   turnId: number,
   leaseMs: number,
-  callbacks: { onError: (err: unknown) => void; onCancelRequested: () => void },
+  callbacks: { onError: (err: unknown) => void; onCancelRequested: () => void; onLost: () => void },
 ): () => void {
   const timer = setInterval(
     () => {
       renewTurnLease(db, turnId, leaseMs)
-        .then((cancelRequested) => {
-          if (cancelRequested) callbacks.onCancelRequested();
+        .then((state) => {
+          if (state === 'cancel') callbacks.onCancelRequested();
+          else if (state === 'lost') callbacks.onLost();
         })
         .catch(callbacks.onError);
     },

@@ -16,7 +16,7 @@ import { chatDone, chatError, type TurnEvent } from '../streams/protocol.js';
 import { StreamPublisher } from '../streams/publisher.js';
 import type { StreamHub } from '../streams/stream-hub.js';
 import { turnStreamKey } from './events.js';
-import { describeFailure, TurnCancelled, TurnFailure } from './failure.js';
+import { describeFailure, TURN_INTERRUPTED_MESSAGE, TurnCancelled, TurnFailure } from './failure.js';
 import { finishTurn, type TurnEnd } from './finish.js';
 import { acquireTurnLease, keepLeaseAlive } from './lease.js';
 import type { TurnPlan } from './plan.js';
@@ -105,6 +105,25 @@ export class TurnRunner {
     return this.deps.settings;
   }
 
+  /**
+   * Whether a turn stopped without ending: retired by another turn (`expired`), its lease run out,
+   * or, on PGlite (one process holds the database), still `running` from before this process
+   * opened it, so left behind by a previous one. Readers of such a turn end with an `error` event.
+   */
+  async isDead(turnId: number): Promise<boolean> {
+    if (this.running.has(turnId)) return false;
+    const { database } = this.deps;
+    const { rows } = await database.query<{ status: string; expired: boolean; inherited: boolean }>(
+      'select status, lease_expires_at < now() as expired, created_at < $2 as inherited from chat_turns where id = $1',
+      [turnId, database.openedAt],
+    );
+    const turn = rows[0];
+    if (!turn) return false;
+    if (turn.status === 'expired') return true;
+    if (turn.status !== 'running') return false;
+    return turn.expired || (database.kind === 'pglite' && turn.inherited);
+  }
+
   /** Stops a turn running in this process (its partial reply is kept); false when it runs elsewhere. */
   cancel(turnId: number): boolean {
     const abort = this.running.get(turnId);
@@ -113,14 +132,18 @@ export class TurnRunner {
     return true;
   }
 
-  /** Stops the turn here, or tells the other processes to (the lease renewal is the fallback). */
-  async cancelAnywhere(turnId: number): Promise<void> {
-    if (this.cancel(turnId)) return;
+  /**
+   * Stops the turn here, or tells the other processes to (the lease renewal is the fallback).
+   * True when the turn runs in this process.
+   */
+  async cancelAnywhere(turnId: number): Promise<boolean> {
+    if (this.cancel(turnId)) return true;
     await this.deps.streams.notifier
       .notify(TURN_CANCEL_CHANNEL, String(turnId))
       .catch((err) =>
         this.deps.log.warn({ err }, 'could not notify the cancel; the lease renewal picks it up'),
       );
+    return false;
   }
 
   /**
@@ -283,6 +306,11 @@ export class TurnRunner {
     const stopLease = keepLeaseAlive(db, ids.turnId, settings.leaseMs, {
       onError: (err) => log.warn({ err }, 'could not renew the turn lease'),
       onCancelRequested: () => this.cancel(ids.turnId),
+      // Retired elsewhere (a cancel that got no answer, or an expired lease): stop; its record stands.
+      onLost: () => {
+        log.warn('the turn is no longer this process’s to run: stopping it');
+        this.cancel(ids.turnId);
+      },
     });
     const onShutdown = () => abort.abort(this.shutdown.signal.reason);
     this.shutdown.signal.addEventListener('abort', onShutdown, { once: true });
@@ -309,6 +337,18 @@ export class TurnRunner {
           end,
         }),
       );
+    // The turn's end was written by someone else (see finishTurn): this process's readers get
+    // what was recorded, so every reader of the turn ends the same way.
+    const endRecordedElsewhere = async (): Promise<TurnOutcome> => {
+      const message = await messageView(db, ids.assistantMessageId);
+      if (message.status !== 'failed') {
+        await publish(chatDone(message, options.announceChat));
+        return { status: 'completed', message };
+      }
+      const error = new ApiError(500, 'turn_interrupted', TURN_INTERRUPTED_MESSAGE);
+      await publish(chatError(error.message, error.status, options.announceChat));
+      return { status: 'failed', error };
+    };
     try {
       const stream = await this.startModel(ctx, plan, abort.signal, watchdog);
       let failure: unknown = null;
@@ -361,6 +401,7 @@ export class TurnRunner {
       }
 
       const row = await finish({ kind: 'completed' });
+      if (!row) return await endRecordedElsewhere();
       // The stored row is at hand: read it back only when tool executions belong in the view.
       const message = usedTools ? await messageView(db, ids.assistantMessageId) : presentMessage(row);
       await publish(chatDone(message, options.announceChat));
@@ -368,16 +409,18 @@ export class TurnRunner {
     } catch (err) {
       const failure = describeFailure(err);
       if (failure instanceof TurnCancelled) {
-        const message = await finish({ kind: 'cancelled' })
-          .then(() => messageView(db, ids.assistantMessageId))
-          .catch((recordErr) => {
+        const recorded: MessageView | 'elsewhere' | null = await finish({ kind: 'cancelled' }).then(
+          async (row) => (row ? await messageView(db, ids.assistantMessageId) : 'elsewhere'),
+          (recordErr) => {
             log.error({ err: recordErr }, 'could not record the cancelled turn');
             return null;
-          });
-        if (message) {
+          },
+        );
+        if (recorded === 'elsewhere') return await endRecordedElsewhere();
+        if (recorded) {
           log.info('chat turn cancelled by request');
-          await publish(chatDone(message, options.announceChat));
-          return { status: 'completed', message };
+          await publish(chatDone(recorded, options.announceChat));
+          return { status: 'completed', message: recorded };
         }
       }
       log[failure.cancelled ? 'warn' : 'error']({ err }, 'chat turn failed');

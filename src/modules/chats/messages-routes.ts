@@ -33,7 +33,7 @@ export async function messageRoutes(parent: FastifyInstance): Promise<void> {
       requireContent(content);
       const ctx = contextOf(request);
       if (request.idempotencyStream) {
-        await reattachStream(reply, deps.streams, request.idempotencyStream);
+        await reattachStream(reply, deps, request.idempotencyStream);
         return reply;
       }
       const plan = await prepareTurn(ctx, request.params.id);

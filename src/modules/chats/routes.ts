@@ -37,7 +37,7 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const repeated = request.idempotencyStream;
       if (repeated) {
         // The first request's chat and turn, not new ones.
-        await reattachStream(reply, deps.streams, repeated, () => chatOfStream(ctx, repeated));
+        await reattachStream(reply, deps, repeated, () => chatOfStream(ctx, repeated));
         return reply;
       }
       const { chat, plan } = await createChat(ctx, body);
