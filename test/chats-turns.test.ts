@@ -7,10 +7,12 @@ import { type Database, openDatabase } from '../src/db/client.js';
 import {
   agentSkills,
   agents,
+  artifactTypes,
   chatMessages,
   chatTurns,
   creditLedger,
   projects,
+  skillArtifactTypes,
   skills,
 } from '../src/db/schema/index.js';
 import {
@@ -34,6 +36,7 @@ import {
   startFakeAnthropicServer,
   startFakeModelServer,
 } from './helpers/fake-model-server.js';
+import { readSse } from './helpers/sse.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -836,7 +839,7 @@ describe('reply timeout (504)', () => {
     });
   });
 
-  it('on create: 504 with chat_id; streamed: an error event with code 504 and the chat', async () => {
+  it('on create: 504 with chat_id; streamed, the reply is not cut: done with the chat', async () => {
     const org = await orgWithFakeModel(t);
     server.enqueue({ text: 'Late', firstTokenDelayMs: 900 });
     const res = await call(t, 'POST', '/api/v2/chats', {
@@ -852,26 +855,128 @@ describe('reply timeout (504)', () => {
       content: 'Hi',
       stream: true,
     });
-    expect(streamed.events).toEqual([
-      {
-        event: 'error',
-        data: {
-          message: expect.any(String),
-          code: 504,
-          chat: expect.objectContaining({ id: expect.any(Number) }),
-        },
-      },
-    ]);
-    const chatId = streamed.events[0].data.chat.id;
-    await eventually(async () => {
-      expect((await historyOf(t, org, chatId)).map((m) => m.content)).toEqual(['Hi', 'Late again']);
+    // REPLY_TIMEOUT_MS bounds non-streaming requests only (spec 4.1, 7.1).
+    expect(eventNames(streamed.events)).toEqual(['content', 'content', 'done']);
+    expect(streamed.events.at(-1)!.data).toMatchObject({
+      message: { content: 'Late again' },
+      chat: { id: expect.any(Number) },
     });
+    const chatId = streamed.events.at(-1)!.data.chat.id;
+    expect((await historyOf(t, org, chatId)).map((m) => m.content)).toEqual(['Hi', 'Late again']);
     await eventually(async () => {
       expect((await historyOf(t, org, res.body.response.chat_id)).map((m) => m.content)).toEqual([
         'Hi',
         'Late',
       ]);
     });
+  });
+});
+
+describe('streams outlast REPLY_TIMEOUT_MS (it bounds non-streaming requests only)', () => {
+  let t: ChatTestApp;
+  beforeAll(async () => {
+    t = await startChatApp({
+      env: { REPLY_TIMEOUT_MS: '400' },
+      deps: {
+        // A silent model still fails at its idle limit; a slow tool pauses that limit.
+        turnSettings: { modelIdleMs: 600 },
+        toolFamilies: {
+          knowledge: async () => ({
+            tools: {
+              slow_lookup: tool({
+                description: 'Takes its time',
+                inputSchema: z.object({}),
+                execute: async () => {
+                  await sleep(1200);
+                  return { found: true };
+                },
+              }),
+            },
+            notes: [],
+          }),
+        },
+      },
+    });
+  });
+  afterAll(() => t.close());
+
+  it('a streamed reply three times longer than the reply timeout ends with done', async () => {
+    const org = await orgWithFakeModel(t);
+    const chat = await newChat(t, org);
+    const words = Array.from({ length: 12 }, (_, i) => ` w${i}`);
+    server.enqueue({ chunks: words, chunkDelayMs: 100 });
+    const started = Date.now();
+    const res = await postStream(t.baseUrl, `/api/v2/chats/${chat.id}/messages`, org.orgKey, {
+      content: 'Take your time',
+      stream: true,
+    });
+    expect(Date.now() - started).toBeGreaterThan(1000);
+    expect(eventNames(res.events).at(-1)).toBe('done');
+    expect(streamedText(res.events)).toBe(words.join(''));
+  });
+
+  it('a streamed turn running a slow tool ends with done', async () => {
+    const org = await orgWithFakeModel(t);
+    const chat = await newChat(t, org);
+    server.enqueue({ toolCalls: [{ name: 'slow_lookup', arguments: {} }] }, { text: 'Found it.' });
+    const res = await postStream(t.baseUrl, `/api/v2/chats/${chat.id}/messages`, org.orgKey, {
+      content: 'Look it up',
+      stream: true,
+    });
+    expect(eventNames(res.events)).toEqual(['tool_start', 'tool_result', 'content', 'content', 'done']);
+    expect(res.events[1].data.execution_time_ms).toBeGreaterThanOrEqual(1100);
+  });
+
+  it('a silent model is still caught by the idle timeout (500), not left open', async () => {
+    const org = await orgWithFakeModel(t);
+    const chat = await newChat(t, org);
+    server.enqueue({ hang: true });
+    const res = await postStream(t.baseUrl, `/api/v2/chats/${chat.id}/messages`, org.orgKey, {
+      content: 'Hello?',
+      stream: true,
+    });
+    expect(res.events).toEqual([
+      { event: 'error', data: { message: expect.stringMatching(/did not respond/), code: 500 } },
+    ]);
+  });
+
+  it('an artifact stream longer than the reply timeout ends with done', async () => {
+    const org = await orgWithFakeModel(t);
+    const [type] = await t.deps.database.db
+      .insert(artifactTypes)
+      .values({
+        organizationId: org.organizationId,
+        slug: 'long-memo',
+        name: 'Long memo',
+        description: 'Long',
+      })
+      .returning();
+    const [skill] = await t.deps.database.db
+      .insert(skills)
+      .values({
+        organizationId: org.organizationId,
+        name: 'Memo writer',
+        slug: 'memo-writer',
+        content: 'Write a memo.',
+      })
+      .returning();
+    await t.deps.database.db
+      .insert(skillArtifactTypes)
+      .values({ skillId: skill.id, artifactTypeId: type.id });
+    const words = Array.from({ length: 12 }, (_, i) => ` para${i}`);
+    server.enqueue({ chunks: words, chunkDelayMs: 100 });
+    const read = await readSse(
+      `${t.baseUrl}/api/v1/artifact_types/long-memo/artifacts/stream?project_id=${org.projectId}`,
+      { key: org.orgKey, body: { skill_id: skill.id, inputs: [] } },
+    );
+    expect(read.status).toBe(200);
+    expect(read.events.at(-1)).toMatchObject({ event: 'done', data: { done: true } });
+    expect(
+      read.events
+        .filter((e) => e.event === 'chunk')
+        .map((e) => e.data.content)
+        .join(''),
+    ).toBe(words.join(''));
   });
 });
 

@@ -53,7 +53,7 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
           reply,
           deps,
           () => deps.turns.begin(ctx, plan, content, { announceChat: view }),
-          { announceChat: view, replyTimeoutMs },
+          { announceChat: view },
         );
         return reply;
       }

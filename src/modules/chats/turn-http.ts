@@ -44,7 +44,7 @@ export function relayTurn(
 /**
  * A streamed turn (spec 4.1, 6.1). The request was checked already, so the answer is a 200 stream
  * from here on and every failure, including those of starting the turn (402, 409), is an `error`
- * event. Leaving early (client gone, reply timeout) only stops the relay: the turn runs on.
+ * event. A client leaving only stops the relay: the turn runs on.
  *
  * With an Idempotency-Key, the stream is recorded for repeats of the request: the turn's stream,
  * or, for a refusal, a one-event stream (unless a retry should run again: 409, 429, 5xx on a
@@ -55,7 +55,7 @@ export async function streamTurn(
   reply: FastifyReply,
   deps: Pick<AppDeps, 'streams' | 'turns'>,
   start: () => Promise<StartedTurn>,
-  options: { announceChat?: ChatView; replyTimeoutMs: number },
+  options: { announceChat?: ChatView },
 ): Promise<void> {
   const sse = new SseStream(reply);
   let turn: StartedTurn;
@@ -79,13 +79,9 @@ export async function streamTurn(
   const recorded = setIdempotentStream(request, turnStreamKey(turn.turnId)).catch((err) =>
     reply.log.error({ err }, 'could not record the stream of an idempotent request'),
   );
-  await relayTurn(sse, deps, turn.turnId, 0, {
-    lostEvent: () => lostTurnEvent(options.announceChat),
-    timeout: {
-      ms: options.replyTimeoutMs,
-      event: () => chatError(replyTimeoutMessage(options.replyTimeoutMs), 504, options.announceChat),
-    },
-  });
+  // No reply timeout: a stream stays open until `done` or `error` however long the turn runs (spec
+  // 4.1 and 7.1 limit non-streaming requests only); the turn's idle watchdog ends a silent model.
+  await relayTurn(sse, deps, turn.turnId, 0, { lostEvent: () => lostTurnEvent(options.announceChat) });
   await recorded;
 }
 
