@@ -980,6 +980,53 @@ describe('streams outlast REPLY_TIMEOUT_MS (it bounds non-streaming requests onl
   });
 });
 
+describe('a model failing on every try, streamed', () => {
+  let t: ChatTestApp;
+  beforeAll(async () => {
+    t = await startChatApp();
+  });
+  afterAll(() => t.close());
+
+  it('ends with an error event of code 500 within a few seconds, even when the provider asks for long waits', async () => {
+    const org = await orgWithFakeModel(t);
+    const chat = await newChat(t, org);
+    // No retry-after-ms; a retry-after of 30 s that bounded retries cut short.
+    server.setResponder(() => ({ status: 500, retryAfterMs: null, headers: { 'retry-after': '30' } }));
+    const started = Date.now();
+    const res = await postStream(t.baseUrl, `/api/v2/chats/${chat.id}/messages`, org.orgKey, {
+      content: 'Hi',
+      stream: true,
+    });
+    const took = Date.now() - started;
+    expect(res.events).toEqual([
+      {
+        event: 'error',
+        data: { message: expect.stringMatching(/kept failing \(3 attempts\).*HTTP 500/), code: 500 },
+      },
+    ]);
+    expect(server.chatRequests()).toHaveLength(3);
+    // Two retries of at most 2 s each.
+    expect(took).toBeLessThan(10_000);
+    expect(took).toBeGreaterThanOrEqual(3500);
+  });
+
+  it('without retry-after, the retries wait 0.5 s then 1.5 s', async () => {
+    const org = await orgWithFakeModel(t);
+    const chat = await newChat(t, org);
+    server.setResponder(() => ({ status: 503, retryAfterMs: null }));
+    const started = Date.now();
+    const res = await call(t, 'POST', `/api/v2/chats/${chat.id}/messages`, {
+      key: org.orgKey,
+      body: { content: 'Hi' },
+    });
+    const took = Date.now() - started;
+    expectV2Error(res, 500, 'model_error');
+    expect(server.chatRequests()).toHaveLength(3);
+    expect(took).toBeGreaterThanOrEqual(1900);
+    expect(took).toBeLessThan(6000);
+  });
+});
+
 describe('the anthropic provider', () => {
   let t: ChatTestApp;
   let anthropic: FakeModelServer;

@@ -7,6 +7,7 @@ import type { ServiceContext } from '../core/context.js';
 import type { Database } from '../db/client.js';
 import { type AgentTool, chatMessages, chats } from '../db/schema/index.js';
 import { ApiError } from '../http/errors.js';
+import { DEFAULT_RETRY_POLICY, withBoundedRetries } from '../llm/bounded-retries.js';
 import { collectTools, type ToolFamilies, type ToolScope } from '../llm/tools/registry.js';
 import { presentMessage } from '../modules/chats/presenter.js';
 import type { ChatView, MessageView } from '../modules/chats/schemas.js';
@@ -33,7 +34,7 @@ export interface TurnSettings {
   modelIdleMs: number;
   /** Model calls per turn, tool round trips included. */
   maxSteps: number;
-  /** Retries of a provider's 429 and 5xx answers per model call. */
+  /** Retries of a provider's 429 and 5xx answers per model call (short waits: llm/bounded-retries.ts). */
   maxRetries: number;
   /** Finished messages of the chat sent to the model as context. */
   historyLimit: number;
@@ -451,7 +452,10 @@ export class TurnRunner {
   private async startModel(ctx: ServiceContext, plan: TurnPlan, signal: AbortSignal, watchdog: IdleWatchdog) {
     const { database, families, settings } = this.deps;
     const db = database.db;
-    const model = ctx.models.languageModel(plan.configuration);
+    const model = withBoundedRetries(ctx.models.languageModel(plan.configuration), {
+      ...DEFAULT_RETRY_POLICY,
+      retries: settings.maxRetries,
+    });
     const scope: ToolScope = {
       ctx,
       projectId: plan.project.id,
@@ -481,7 +485,8 @@ export class TurnRunner {
       messages,
       tools: pausingWatchdog(toolSet.tools, watchdog),
       stopWhen: stepCountIs(settings.maxSteps),
-      maxRetries: settings.maxRetries,
+      // Retried by withBoundedRetries: a failing provider is reported within seconds.
+      maxRetries: 0,
       abortSignal: signal,
       // Failures are read from the stream (and logged by the turn); the default prints to stderr.
       onError: () => {},

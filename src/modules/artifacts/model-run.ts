@@ -2,6 +2,7 @@ import type { LanguageModelV3 } from '@ai-sdk/provider';
 import { type ModelMessage, stepCountIs, streamText, type Tool } from 'ai';
 import type { ChatHistoryEntry } from '../../db/schema/index.js';
 import { ApiError } from '../../http/errors.js';
+import { withBoundedRetries } from '../../llm/bounded-retries.js';
 import { IdleWatchdog, pausingWatchdog } from '../../turns/watchdog.js';
 import type { Usage } from '../credits/service.js';
 
@@ -45,12 +46,14 @@ export async function runModel(request: ModelRunRequest): Promise<ModelRunResult
   const hasTools = Object.keys(request.tools).length > 0;
   watchdog.start();
   const result = streamText({
-    model: request.model,
+    model: withBoundedRetries(request.model),
     system: request.system,
     messages: request.messages,
     ...(hasTools
       ? { tools: pausingWatchdog(request.tools, watchdog), stopWhen: stepCountIs(MAX_STEPS) }
       : {}),
+    // Retried by withBoundedRetries: a failing provider is reported within seconds.
+    maxRetries: 0,
     abortSignal: signal,
     // Errors arrive as `error` parts below; the default handler would only log them to the console.
     onError: () => {},
