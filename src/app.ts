@@ -26,6 +26,7 @@ import { modelConfigurationRoutes } from './modules/model-configurations/routes.
 import { registerMetrics } from './modules/operations/metrics.js';
 import { operationRoutes } from './modules/operations/routes.js';
 import { organizationRoutes } from './modules/organizations/routes.js';
+import { organizationWebhookRoutes } from './modules/project-webhooks/organization-routes.js';
 import { projectWebhookRoutes } from './modules/project-webhooks/routes.js';
 import { projectRoutes } from './modules/projects/routes.js';
 import { shareRoutes } from './modules/share/routes.js';
@@ -44,6 +45,7 @@ const v1Modules = [
   categoryRoutes,
   projectRoutes,
   projectWebhookRoutes,
+  organizationWebhookRoutes,
   artifactTypeRoutes,
   skillRoutes,
   agentRoutes,

@@ -1,7 +1,7 @@
 import { and, eq, gt, sql } from 'drizzle-orm';
 import type { ServiceContext } from '../core/context.js';
 import type { Db } from '../db/client.js';
-import { chatMessages, chatTurns } from '../db/schema/index.js';
+import { chatMessages, chats, chatTurns } from '../db/schema/index.js';
 import { ApiError, conflict } from '../http/errors.js';
 import type { MessageView } from '../modules/chats/schemas.js';
 import { messageView } from '../modules/chats/service.js';
@@ -9,6 +9,7 @@ import { chatDone } from '../streams/protocol.js';
 import type { StreamHub } from '../streams/stream-hub.js';
 import { asTurnEvent, turnStreamKey } from './events.js';
 import { partialReplySql } from './lease.js';
+import { recordTurnCompleted } from './webhook-events.js';
 
 /**
  * Marks the chat's live turn as to be cancelled (the process running it reads the mark at its
@@ -137,8 +138,27 @@ export async function takeOverTurn(db: Db, hub: StreamHub, turnId: number): Prom
       .update(chatTurns)
       .set({ status: 'cancelled', finishedAt: sql`now()` })
       .where(and(eq(chatTurns.id, turnId), eq(chatTurns.status, 'running')))
-      .returning({ assistantMessageId: chatTurns.assistantMessageId });
+      .returning({
+        assistantMessageId: chatTurns.assistantMessageId,
+        organizationId: chatTurns.organizationId,
+        chatId: chatTurns.chatId,
+      });
     if (!turn || turn.assistantMessageId === null) return null;
+    const [chat] = await tx
+      .select({ projectId: chats.projectId })
+      .from(chats)
+      .where(eq(chats.id, turn.chatId));
+    // No usage is known for a turn whose process went away: nothing is charged.
+    await recordTurnCompleted(
+      tx,
+      {
+        organizationId: turn.organizationId,
+        projectId: chat.projectId,
+        chatId: turn.chatId,
+        messageId: turn.assistantMessageId,
+      },
+      { inputTokens: 0, outputTokens: 0, credits: 0 },
+    );
     await tx
       .update(chatMessages)
       .set({

@@ -4,6 +4,7 @@ import { chatMessages, type MessageRow } from '../db/schema/index.js';
 import { chargeUsage, type Usage } from '../modules/credits/service.js';
 import type { TurnFailure } from './failure.js';
 import { releaseTurnLease } from './lease.js';
+import { recordTurnCompleted, recordTurnFailed } from './webhook-events.js';
 
 /**
  * How a turn ended. `completed` and `cancelled` (by a cancel request) keep the reply in history,
@@ -18,6 +19,8 @@ export type TurnEnd =
 
 export interface TurnOutcomeRecord {
   turnId: number;
+  chatId: number;
+  projectId: number;
   userMessageId: number;
   assistantMessageId: number;
   /** The reply as far as it got. */
@@ -64,5 +67,13 @@ export async function finishTurn(tx: Queryable, outcome: TurnOutcomeRecord): Pro
       .update(chatMessages)
       .set({ status, error: end.failure.message })
       .where(eq(chatMessages.id, outcome.userMessageId));
+  const turn = {
+    organizationId: outcome.charge.organizationId,
+    projectId: outcome.projectId,
+    chatId: outcome.chatId,
+    messageId: outcome.assistantMessageId,
+  };
+  if (failed) await recordTurnFailed(tx, turn, { code: end.failure.code, message: end.failure.message });
+  else await recordTurnCompleted(tx, turn, { ...usage, credits });
   return row;
 }

@@ -3,6 +3,7 @@ import type { Queryable } from '../db/client.js';
 import { type ChatTurnStatus, chatMessages, chatTurns } from '../db/schema/index.js';
 import { conflict } from '../http/errors.js';
 import { turnStreamKey } from './events.js';
+import { recordTurnFailed } from './webhook-events.js';
 
 /**
  * The one-turn-per-chat rule (spec 8), held in the database so it spans processes: a `running`
@@ -13,6 +14,8 @@ export async function acquireTurnLease(
   tx: Queryable,
   lease: {
     organizationId: number;
+    /** The chat's project, for the retired turns' `chat_turn_failed` events. */
+    projectId: number;
     chatId: number;
     leaseMs: number;
     userMessageId?: number;
@@ -48,6 +51,16 @@ export async function acquireTurnLease(
         .update(chatMessages)
         .set({ content: partialReplySql(turn.id) })
         .where(eq(chatMessages.id, turn.assistantMessageId));
+      await recordTurnFailed(
+        tx,
+        {
+          organizationId: lease.organizationId,
+          projectId: lease.projectId,
+          chatId: lease.chatId,
+          messageId: turn.assistantMessageId,
+        },
+        { code: 'turn_interrupted', message: INTERRUPTED },
+      );
     }
   }
 

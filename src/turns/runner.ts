@@ -197,6 +197,7 @@ export class TurnRunner {
       const assistantMessageId = inserted.find((m) => m.role === 'assistant')!.id;
       const turnId = await acquireTurnLease(tx, {
         organizationId: principal.organizationId,
+        projectId: plan.project.id,
         chatId: plan.chat.id,
         leaseMs: this.deps.settings.leaseMs,
         userMessageId,
@@ -332,6 +333,8 @@ export class TurnRunner {
       db.transaction((tx) =>
         finishTurn(tx, {
           ...ids,
+          chatId: plan.chat.id,
+          projectId: plan.project.id,
           text,
           usage,
           charge: this.chargeOf(ctx, plan, ids.assistantMessageId),
