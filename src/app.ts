@@ -28,6 +28,7 @@ import { modelConfigurationRoutes } from './modules/model-configurations/routes.
 import { registerMetrics } from './modules/operations/metrics.js';
 import { operationRoutes } from './modules/operations/routes.js';
 import { organizationRoutes } from './modules/organizations/routes.js';
+import { organizationWebhookRoutes } from './modules/project-webhooks/organization-routes.js';
 import { projectWebhookRoutes } from './modules/project-webhooks/routes.js';
 import { projectRoutes } from './modules/projects/routes.js';
 import { shareRoutes } from './modules/share/routes.js';
@@ -46,6 +47,7 @@ const v1Modules = [
   categoryRoutes,
   projectRoutes,
   projectWebhookRoutes,
+  organizationWebhookRoutes,
   artifactTypeRoutes,
   skillRoutes,
   agentRoutes,
@@ -99,6 +101,10 @@ export async function buildApp(deps: AppDeps, options: BuildOptions = {}): Promi
     frameworkErrors: (error, request, reply) => sendError(request, reply, routerError(error)),
     return503OnClosing: true,
     forceCloseConnections: 'idle',
+    // Avvio's plugin timeout (10 s by default) also bounds close(), whose preClose hook waits for
+    // running turns for up to the grace period: a longer drain would fail the shutdown with
+    // AVV_ERR_READY_TIMEOUT. main.ts keeps the overall deadline (SHUTDOWN_GRACE_MS).
+    pluginTimeout: Math.max(10_000, config.shutdownGraceMs + 10_000),
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   app.decorate('deps', deps);

@@ -41,10 +41,18 @@ async function main() {
       process.exit(1);
     }, config.shutdownGraceMs);
     force.unref();
-    // The app first (no new requests; running turns finish or are cancelled), then the resources.
-    await app.close();
+    // The app first (no new requests; running turns finish or are cancelled), then the resources,
+    // whatever the app's close did: the queue and the database are always closed in order.
+    let code = 0;
+    try {
+      await app.close();
+    } catch (err) {
+      app.log.error({ err }, 'could not close the HTTP server cleanly');
+      code = 1;
+    }
     await root.close();
-    process.exit(0);
+    app.log.info({ code }, 'shut down');
+    process.exit(code);
   };
   process.on('SIGTERM', () => void stop('SIGTERM'));
   process.on('SIGINT', () => void stop('SIGINT'));

@@ -178,8 +178,8 @@ export function testKnowledgeFamily(calls: RecordedToolCall[] = []): ToolFamilie
   };
 }
 
-/** The spec's Message fields; assistant messages add `usage` (issue 9). */
-export function expectMessageShape(message: any, role: 'user' | 'assistant') {
+/** The spec's Message fields, plus `status`; assistant messages add `usage` (issue 9). */
+export function expectMessageShape(message: any, role: 'user' | 'assistant', status = 'completed') {
   expect(message).toEqual({
     id: expect.any(Number),
     role,
@@ -187,6 +187,7 @@ export function expectMessageShape(message: any, role: 'user' | 'assistant') {
     model: role === 'user' ? null : expect.any(String),
     created_at: expect.stringMatching(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/),
     tool_executions: expect.any(Array),
+    status,
     ...(role === 'assistant'
       ? {
           usage: {

@@ -7,10 +7,12 @@ import { type Database, openDatabase } from '../src/db/client.js';
 import {
   agentSkills,
   agents,
+  artifactTypes,
   chatMessages,
   chatTurns,
   creditLedger,
   projects,
+  skillArtifactTypes,
   skills,
 } from '../src/db/schema/index.js';
 import {
@@ -34,6 +36,7 @@ import {
   startFakeAnthropicServer,
   startFakeModelServer,
 } from './helpers/fake-model-server.js';
+import { readSse } from './helpers/sse.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -529,7 +532,7 @@ describe('chat turns against a model server', () => {
   });
 
   describe('failures', () => {
-    it('500 when the provider keeps failing (after bounded retries); the failed turn leaves history alone', async () => {
+    it('500 when the provider keeps failing (after bounded retries); both messages show in history as failed', async () => {
       const org = await orgWithFakeModel(t);
       const chat = await newChat(t, org);
       server.enqueue({ status: 500 }, { status: 500 }, { status: 500 }, { text: 'never' });
@@ -541,10 +544,16 @@ describe('chat turns against a model server', () => {
       expect(res.body.response.message).toMatch(/HTTP 500/);
       expect(res.body.response).not.toHaveProperty('chat_id');
       expect(server.chatRequests()).toHaveLength(3);
-      expect(await historyOf(t, org, chat.id)).toEqual([]);
+      const history = await historyOf(t, org, chat.id);
+      expect(history.map((m: any) => [m.role, m.content, m.status])).toEqual([
+        ['user', 'Hi', 'failed'],
+        ['assistant', '', 'failed'],
+      ]);
+      expectMessageShape(history[0], 'user', 'failed');
+      expectMessageShape(history[1], 'assistant', 'failed');
       const got = await call(t, 'GET', `/api/v2/chats/${chat.id}`, { key: org.orgKey });
-      expect(got.body.response.chat.message_count).toBe(0);
-      // Kept for audit, out of history; the lease is free again.
+      expect(got.body.response.chat.message_count).toBe(2);
+      // Both failed with the reason; the lease is free again, and the failed turn is not sent to the model.
       const rows = await t.deps.database.db
         .select()
         .from(chatMessages)
@@ -561,6 +570,12 @@ describe('chat turns against a model server', () => {
         }),
         200,
       );
+      // The model is not given the failed turn.
+      const sent = server
+        .chatRequests()
+        .at(-1)!
+        .body.messages.filter((m: any) => m.role !== 'system');
+      expect(sent).toEqual([{ role: 'user', content: 'Hi' }]);
     });
 
     it('retries a 503 and a 429 and then answers', async () => {
@@ -614,7 +629,7 @@ describe('chat turns against a model server', () => {
       ]);
     });
 
-    it('a stream that dies mid-way: content so far, then an error event; nothing in history', async () => {
+    it('a stream that dies mid-way: content so far, then an error event; history keeps the partial reply as failed', async () => {
       const org = await orgWithFakeModel(t);
       const chat = await newChat(t, org);
       server.enqueue({ chunks: ['Part', ' one', ' two', ' three'], failAfterChunks: 2 });
@@ -624,7 +639,10 @@ describe('chat turns against a model server', () => {
       });
       expect(eventNames(res.events)).toEqual(['content', 'content', 'error']);
       expect(res.events[2].data).toEqual({ message: expect.any(String), code: 500 });
-      expect(await historyOf(t, org, chat.id)).toEqual([]);
+      expect((await historyOf(t, org, chat.id)).map((m: any) => [m.role, m.content, m.status])).toEqual([
+        ['user', 'Hi', 'failed'],
+        ['assistant', 'Part one', 'failed'],
+      ]);
       const [assistant] = await t.deps.database.db
         .select()
         .from(chatMessages)
@@ -783,7 +801,8 @@ describe('chat turns against a model server', () => {
         .select()
         .from(chatMessages)
         .where(eq(chatMessages.chatId, chat.id));
-      expect(rows.map((r) => r.status)).toEqual(['cancelled', 'cancelled']);
+      // The turn was cancelled by the shutdown; for the user, their message failed.
+      expect(rows.map((r) => r.status)).toEqual(['failed', 'failed']);
       const turns = await t.deps.database.db.select().from(chatTurns).where(eq(chatTurns.chatId, chat.id));
       expect(turns.map((turn) => turn.status)).toEqual(['cancelled']);
       server.enqueue({ text: 'Back' });
@@ -821,7 +840,7 @@ describe('reply timeout (504)', () => {
     });
   });
 
-  it('on create: 504 with chat_id; streamed: an error event with code 504 and the chat', async () => {
+  it('on create: 504 with chat_id; streamed, the reply is not cut: done with the chat', async () => {
     const org = await orgWithFakeModel(t);
     server.enqueue({ text: 'Late', firstTokenDelayMs: 900 });
     const res = await call(t, 'POST', '/api/v2/chats', {
@@ -837,26 +856,175 @@ describe('reply timeout (504)', () => {
       content: 'Hi',
       stream: true,
     });
-    expect(streamed.events).toEqual([
-      {
-        event: 'error',
-        data: {
-          message: expect.any(String),
-          code: 504,
-          chat: expect.objectContaining({ id: expect.any(Number) }),
-        },
-      },
-    ]);
-    const chatId = streamed.events[0].data.chat.id;
-    await eventually(async () => {
-      expect((await historyOf(t, org, chatId)).map((m) => m.content)).toEqual(['Hi', 'Late again']);
+    // REPLY_TIMEOUT_MS bounds non-streaming requests only (spec 4.1, 7.1).
+    expect(eventNames(streamed.events)).toEqual(['content', 'content', 'done']);
+    expect(streamed.events.at(-1)!.data).toMatchObject({
+      message: { content: 'Late again' },
+      chat: { id: expect.any(Number) },
     });
+    const chatId = streamed.events.at(-1)!.data.chat.id;
+    expect((await historyOf(t, org, chatId)).map((m) => m.content)).toEqual(['Hi', 'Late again']);
     await eventually(async () => {
       expect((await historyOf(t, org, res.body.response.chat_id)).map((m) => m.content)).toEqual([
         'Hi',
         'Late',
       ]);
     });
+  });
+});
+
+describe('streams outlast REPLY_TIMEOUT_MS (it bounds non-streaming requests only)', () => {
+  let t: ChatTestApp;
+  beforeAll(async () => {
+    t = await startChatApp({
+      env: { REPLY_TIMEOUT_MS: '400' },
+      deps: {
+        // A silent model still fails at its idle limit; a slow tool pauses that limit.
+        turnSettings: { modelIdleMs: 600 },
+        toolFamilies: {
+          knowledge: async () => ({
+            tools: {
+              slow_lookup: tool({
+                description: 'Takes its time',
+                inputSchema: z.object({}),
+                execute: async () => {
+                  await sleep(1200);
+                  return { found: true };
+                },
+              }),
+            },
+            notes: [],
+          }),
+        },
+      },
+    });
+  });
+  afterAll(() => t.close());
+
+  it('a streamed reply three times longer than the reply timeout ends with done', async () => {
+    const org = await orgWithFakeModel(t);
+    const chat = await newChat(t, org);
+    const words = Array.from({ length: 12 }, (_, i) => ` w${i}`);
+    server.enqueue({ chunks: words, chunkDelayMs: 100 });
+    const started = Date.now();
+    const res = await postStream(t.baseUrl, `/api/v2/chats/${chat.id}/messages`, org.orgKey, {
+      content: 'Take your time',
+      stream: true,
+    });
+    expect(Date.now() - started).toBeGreaterThan(1000);
+    expect(eventNames(res.events).at(-1)).toBe('done');
+    expect(streamedText(res.events)).toBe(words.join(''));
+  });
+
+  it('a streamed turn running a slow tool ends with done', async () => {
+    const org = await orgWithFakeModel(t);
+    const chat = await newChat(t, org);
+    server.enqueue({ toolCalls: [{ name: 'slow_lookup', arguments: {} }] }, { text: 'Found it.' });
+    const res = await postStream(t.baseUrl, `/api/v2/chats/${chat.id}/messages`, org.orgKey, {
+      content: 'Look it up',
+      stream: true,
+    });
+    expect(eventNames(res.events)).toEqual(['tool_start', 'tool_result', 'content', 'content', 'done']);
+    expect(res.events[1].data.execution_time_ms).toBeGreaterThanOrEqual(1100);
+  });
+
+  it('a silent model is still caught by the idle timeout (500), not left open', async () => {
+    const org = await orgWithFakeModel(t);
+    const chat = await newChat(t, org);
+    server.enqueue({ hang: true });
+    const res = await postStream(t.baseUrl, `/api/v2/chats/${chat.id}/messages`, org.orgKey, {
+      content: 'Hello?',
+      stream: true,
+    });
+    expect(res.events).toEqual([
+      { event: 'error', data: { message: expect.stringMatching(/did not respond/), code: 500 } },
+    ]);
+  });
+
+  it('an artifact stream longer than the reply timeout ends with done', async () => {
+    const org = await orgWithFakeModel(t);
+    const [type] = await t.deps.database.db
+      .insert(artifactTypes)
+      .values({
+        organizationId: org.organizationId,
+        slug: 'long-memo',
+        name: 'Long memo',
+        description: 'Long',
+      })
+      .returning();
+    const [skill] = await t.deps.database.db
+      .insert(skills)
+      .values({
+        organizationId: org.organizationId,
+        name: 'Memo writer',
+        slug: 'memo-writer',
+        content: 'Write a memo.',
+      })
+      .returning();
+    await t.deps.database.db
+      .insert(skillArtifactTypes)
+      .values({ skillId: skill.id, artifactTypeId: type.id });
+    const words = Array.from({ length: 12 }, (_, i) => ` para${i}`);
+    server.enqueue({ chunks: words, chunkDelayMs: 100 });
+    const read = await readSse(
+      `${t.baseUrl}/api/v1/artifact_types/long-memo/artifacts/stream?project_id=${org.projectId}`,
+      { key: org.orgKey, body: { skill_id: skill.id, inputs: [] } },
+    );
+    expect(read.status).toBe(200);
+    expect(read.events.at(-1)).toMatchObject({ event: 'done', data: { done: true } });
+    expect(
+      read.events
+        .filter((e) => e.event === 'chunk')
+        .map((e) => e.data.content)
+        .join(''),
+    ).toBe(words.join(''));
+  });
+});
+
+describe('a model failing on every try, streamed', () => {
+  let t: ChatTestApp;
+  beforeAll(async () => {
+    t = await startChatApp();
+  });
+  afterAll(() => t.close());
+
+  it('ends with an error event of code 500 within a few seconds, even when the provider asks for long waits', async () => {
+    const org = await orgWithFakeModel(t);
+    const chat = await newChat(t, org);
+    // No retry-after-ms; a retry-after of 30 s that bounded retries cut short.
+    server.setResponder(() => ({ status: 500, retryAfterMs: null, headers: { 'retry-after': '30' } }));
+    const started = Date.now();
+    const res = await postStream(t.baseUrl, `/api/v2/chats/${chat.id}/messages`, org.orgKey, {
+      content: 'Hi',
+      stream: true,
+    });
+    const took = Date.now() - started;
+    expect(res.events).toEqual([
+      {
+        event: 'error',
+        data: { message: expect.stringMatching(/kept failing \(3 attempts\).*HTTP 500/), code: 500 },
+      },
+    ]);
+    expect(server.chatRequests()).toHaveLength(3);
+    // Two retries of at most 2 s each.
+    expect(took).toBeLessThan(10_000);
+    expect(took).toBeGreaterThanOrEqual(3500);
+  });
+
+  it('without retry-after, the retries wait 0.5 s then 1.5 s', async () => {
+    const org = await orgWithFakeModel(t);
+    const chat = await newChat(t, org);
+    server.setResponder(() => ({ status: 503, retryAfterMs: null }));
+    const started = Date.now();
+    const res = await call(t, 'POST', `/api/v2/chats/${chat.id}/messages`, {
+      key: org.orgKey,
+      body: { content: 'Hi' },
+    });
+    const took = Date.now() - started;
+    expectV2Error(res, 500, 'model_error');
+    expect(server.chatRequests()).toHaveLength(3);
+    expect(took).toBeGreaterThanOrEqual(1900);
+    expect(took).toBeLessThan(6000);
   });
 });
 

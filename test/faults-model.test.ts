@@ -66,7 +66,7 @@ describe('faults of the model (real server process)', () => {
   async function history(chatId: number) {
     const res = await api('GET', `/api/v2/chats/${chatId}/messages`);
     expect(res.status).toBe(200);
-    return res.body.response.messages as Array<{ role: string; content: string }>;
+    return res.body.response.messages as Array<{ role: string; content: string; status: string }>;
   }
 
   /** The lock is free: a message is answered at once (the fake echoes it). */
@@ -103,10 +103,14 @@ describe('faults of the model (real server process)', () => {
     expect(streamed.events.at(-1)!.data).toEqual({ message: expect.any(String), code: 500 });
 
     expect((await api('GET', `/api/v2/chats/${chatId}`)).status).toBe(200);
-    // The failed turn leaves the history; the next message is answered.
-    expect(await history(chatId)).toEqual([]);
+    // The failed turn shows in history as failed, with the reply so far; the next message is answered.
+    const failed = (await history(chatId)).map((m) => [m.role, m.content, m.status]);
+    expect(failed).toEqual([
+      ['user', 'Tell me a story', 'failed'],
+      ['assistant', 'Once upon', 'failed'],
+    ]);
     await expectAnswered(chatId, 'Try again');
-    expect((await history(chatId)).map((m) => m.content)).toEqual(['Try again', 'Echo: Try again']);
+    expect((await history(chatId)).slice(2).map((m) => m.content)).toEqual(['Try again', 'Echo: Try again']);
   });
 
   it('the first reply of a new chat breaking: the error names the chat, which then takes messages', async () => {

@@ -12,6 +12,7 @@ import {
   fakeModelEnv,
   killAllProcesses,
   type PrivatePostgres,
+  postStream,
   privatePostgresAvailable,
   request,
   type ServerProcess,
@@ -207,10 +208,108 @@ describe.runIf(privatePostgresAvailable() && process.env.TEST_BACKEND !== 'postg
           });
           expect(res.status).toBe(200);
         }
-        expect(await Promise.all(servers.map((s) => s.stop()))).toEqual([0, 0]);
       } finally {
         await load.stop();
       }
     }, 90_000);
+
+    it('a turn that failed while the database was down frees its chat within 2 s of recovery, and history shows it failed', async () => {
+      const [server] = servers;
+      const key = boot.organization_key;
+      const created = await request(server.baseUrl, 'POST', '/api/v2/chats', {
+        key,
+        body: { project_id: boot.project_id },
+      });
+      expect(created.status, JSON.stringify(created.body)).toBe(201);
+      const chatId = created.body.response.chat.id as number;
+
+      // Three seconds of reply; the database stops at its first word (the model is not affected).
+      const chunks = Array.from({ length: 30 }, (_, i) => ` part${i}`);
+      fake.enqueue({ chunks, chunkDelayMs: 100 });
+      let stopped: Promise<void> | null = null;
+      const streamed = await postStream(
+        server.baseUrl,
+        `/api/v2/chats/${chatId}/messages`,
+        key,
+        { content: 'Tell me a story', stream: true },
+        {
+          onEvent: (event) => {
+            if (event.event === 'content' && !stopped) stopped = cluster.stop('fast');
+          },
+        },
+      );
+      await stopped;
+      // Every word reached the client; the reply could not be saved: an error event, not a hang.
+      expect(streamed.ended).toBe('end');
+      expect(
+        streamed.events
+          .filter((e) => e.event === 'content')
+          .map((e) => e.data.content)
+          .join(''),
+      ).toBe(chunks.join(''));
+      expect(streamed.events.at(-1)).toEqual({
+        event: 'error',
+        data: { message: expect.stringMatching(/database is unavailable/), code: 500 },
+      });
+
+      await sleep(1500);
+      await cluster.start();
+      await waitUntil(async () => (await readiness()).every((s) => s === 200), {
+        timeoutMs: 15_000,
+        intervalMs: 50,
+        what: '/ready to answer 200 again',
+      });
+      const upAt = Date.now();
+      // The process knew its turn was over: the chat takes a message at once, not after the lease (60 s).
+      let answer: Awaited<ReturnType<typeof request>> | undefined;
+      await waitUntil(
+        async () => {
+          answer = await request(server.baseUrl, 'POST', `/api/v2/chats/${chatId}/messages`, {
+            key,
+            body: { content: 'Are you back?' },
+          });
+          return answer.status !== 409 && answer.status !== 500;
+        },
+        { timeoutMs: 2000, intervalMs: 100, what: 'the chat to take messages again' },
+      );
+      expect(Date.now() - upAt).toBeLessThan(2000);
+      expect(answer!.status, JSON.stringify(answer!.body)).toBe(200);
+
+      const history = await request(servers[1].baseUrl, 'GET', `/api/v2/chats/${chatId}/messages`, { key });
+      expect(history.status).toBe(200);
+      expect(
+        history.body.response.messages.map((m: any) => ({
+          role: m.role,
+          content: m.content,
+          status: m.status,
+        })),
+      ).toEqual([
+        { role: 'user', content: 'Tell me a story', status: 'failed' },
+        // The reply as far as it got (here all of it: only saving it failed).
+        { role: 'assistant', content: chunks.join(''), status: 'failed' },
+        { role: 'user', content: 'Are you back?', status: 'completed' },
+        { role: 'assistant', content: 'Echo: Are you back?', status: 'completed' },
+      ]);
+      expect(history.body.response.pagination.total_count).toBe(4);
+
+      const pg = await import('pg');
+      const client = new pg.default.Client({ connectionString: cluster.url('scriptorium') });
+      await client.connect();
+      try {
+        const turns = await client.query('select status from chat_turns where chat_id = $1 order by id', [
+          chatId,
+        ]);
+        // Recorded by its own process as failed, not retired later as "its process stopped".
+        expect(turns.rows.map((t) => t.status)).toEqual(['failed', 'completed']);
+        const failed = await client.query(
+          "select error from chat_messages where chat_id = $1 and status = 'failed'",
+          [chatId],
+        );
+        for (const row of failed.rows) expect(row.error).toMatch(/database is unavailable/);
+      } finally {
+        await client.end();
+      }
+      expect(await Promise.all(servers.map((s) => s.stop()))).toEqual([0, 0]);
+    }, 60_000);
   },
 );

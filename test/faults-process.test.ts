@@ -20,6 +20,7 @@ import {
   startServer,
   waitUntil,
 } from './helpers/server-process.js';
+import { readSse } from './helpers/sse.js';
 
 const postgres = process.env.TEST_BACKEND === 'postgres';
 const LEASE_MS = 3000;
@@ -59,6 +60,15 @@ describe('faults of the server process (real processes)', () => {
     const res = await api(server, 'GET', `/api/v2/chats/${chatId}/messages`);
     expect(res.status).toBe(200);
     return (res.body.response.messages as Array<{ content: string }>).map((m) => m.content);
+  }
+
+  async function statuses(server: ServerProcess, chatId: number) {
+    const res = await api(server, 'GET', `/api/v2/chats/${chatId}/messages`);
+    expect(res.status).toBe(200);
+    return (res.body.response.messages as Array<{ content: string; status: string }>).map((m) => [
+      m.content,
+      m.status,
+    ]);
   }
 
   const words = (n: number, tag: string) => Array.from({ length: n }, (_, i) => ` ${tag}${i}`);
@@ -117,8 +127,12 @@ describe('faults of the server process (real processes)', () => {
     // Renewed every third of the lease: the chat was free at most a lease (plus polling) after the kill.
     if (postgres) expect(Date.now() - killedAt).toBeLessThan(LEASE_MS + 3000);
     expect(answer!.body.response.message.content).toBe('Echo: Hello?');
-    // The interrupted turn is out of the history.
-    expect(await history(survivor, chatId)).toEqual(['Hello?', 'Echo: Hello?']);
+    // The interrupted turn shows in history as failed, its reply as far as it was streamed and stored.
+    const shown = await statuses(survivor, chatId);
+    expect(shown.map(([, status]) => status)).toEqual(['failed', 'failed', 'completed', 'completed']);
+    expect(shown[0][0]).toBe('Write a long answer');
+    expect(words(40, 'w').join('').startsWith(shown[1][0])).toBe(true);
+    expect(shown.slice(2).map(([content]) => content)).toEqual(['Hello?', 'Echo: Hello?']);
 
     if (!postgres) expect(await survivor.stop()).toBe(0);
     const turns = await db.query<{ status: string }>(
@@ -135,6 +149,108 @@ describe('faults of the server process (real processes)', () => {
       { role: 'assistant', status: 'failed', error: expect.stringMatching(/interrupted/) },
       { role: 'user', status: 'completed', error: null },
       { role: 'assistant', status: 'completed', error: null },
+    ]);
+  }, 90_000);
+
+  /** A turn streaming on a process that is SIGKILLed after its third word; resolves after the kill. */
+  async function killMidTurn(doomed: ServerProcess, chatId: number) {
+    fake.enqueue({ chunks: words(60, 'd'), chunkDelayMs: 150 });
+    let seen = 0;
+    const streamed = await postStream(
+      doomed.baseUrl,
+      `/api/v2/chats/${chatId}/messages`,
+      boot.organization_key,
+      { content: 'Tell me everything', stream: true },
+      {
+        onEvent: (event) => {
+          if (event.event === 'content' && ++seen === 3) doomed.child.kill('SIGKILL');
+        },
+      },
+    );
+    await doomed.exited;
+    expect(streamed.ended).toBe('error');
+    return Date.now();
+  }
+
+  it('a dead turn ends its readers: GET /stream replays the stored events, then an error event once the lease ran out', async () => {
+    const turnEnv = { ...env, TURN_LEASE_MS: String(LEASE_MS) };
+    const doomed = await startServer(turnEnv, { name: 'doomed-reader' });
+    const reader = postgres ? await startServer(turnEnv, { name: 'reader' }) : null;
+    const chatId = await newChat(doomed);
+    const killedAt = await killMidTurn(doomed, chatId);
+    // PGlite: the restarted process knows a turn left running by its predecessor is dead.
+    const server = reader ?? (await startServer(turnEnv, { name: 'restarted-reader' }));
+
+    const attachedAt = Date.now();
+    const read = await readSse(`${server.baseUrl}/api/v2/chats/${chatId}/stream`, {
+      key: boot.organization_key,
+      timeoutMs: 20_000,
+    });
+    const endedAfter = Date.now() - killedAt;
+    const waited = Date.now() - attachedAt;
+    expect(read.status).toBe(200);
+    expect(read.ended).toBe('end');
+    const names = read.events.map((e) => e.event);
+    expect(names.at(-1)).toBe('error');
+    expect(names.slice(0, -1).every((name) => name === 'content')).toBe(true);
+    expect(names.length).toBeGreaterThan(1);
+    expect(read.events.at(-1)!.data).toEqual({
+      message: expect.stringMatching(/turn was interrupted/i),
+      code: 500,
+    });
+    // The replayed events keep their ids; the error repeats the last one (nothing was missed).
+    expect(read.events.map((e) => Number(e.id))).toEqual([
+      ...read.events.slice(0, -1).map((_, i) => i + 1),
+      read.events.length - 1,
+    ]);
+    // PostgreSQL: once the lease ran out (renewed every third of it), not when the stream's
+    // liveness lapses (60 s). PGlite: at once, the turn was left by the previous process.
+    if (postgres) expect(endedAfter).toBeLessThan(LEASE_MS + 4000);
+    else expect(waited).toBeLessThan(3000);
+
+    // A reader attaching later gets the same, at once.
+    const again = await readSse(`${server.baseUrl}/api/v2/chats/${chatId}/stream`, {
+      key: boot.organization_key,
+      timeoutMs: 5000,
+    });
+    expect(again.events.at(-1)?.event).toBe('error');
+  }, 90_000);
+
+  it('POST /cancel on a turn whose process died answers at once with the partial reply, and frees the chat', async () => {
+    // The default lease: the dead turn would hold its chat for a minute.
+    const doomed = await startServer(env, { name: 'doomed-cancel' });
+    const other = postgres ? await startServer(env, { name: 'canceller' }) : null;
+    const chatId = await newChat(doomed);
+    await killMidTurn(doomed, chatId);
+    const server = other ?? (await startServer(env, { name: 'restarted-canceller' }));
+
+    const started = Date.now();
+    const cancelled = await api(server, 'POST', `/api/v2/chats/${chatId}/cancel`);
+    const took = Date.now() - started;
+    expect(cancelled.status, JSON.stringify(cancelled.body)).toBe(200);
+    // PostgreSQL: 3 s for the turn's process to answer; PGlite: known dead at once.
+    expect(took).toBeLessThan(postgres ? 6000 : 2000);
+    const message = cancelled.body.response.message;
+    expect(message).toMatchObject({ role: 'assistant', status: 'cancelled', cancelled: true });
+    // What was streamed before the kill (at least the three words the client saw, stored by then or not).
+    expect(words(60, 'd').join('').startsWith(message.content)).toBe(true);
+
+    // The stream ends with done carrying it; the chat takes a message at once.
+    const read = await readSse(`${server.baseUrl}/api/v2/chats/${chatId}/stream`, {
+      key: boot.organization_key,
+      timeoutMs: 5000,
+    });
+    expect(read.events.at(-1)).toMatchObject({
+      event: 'done',
+      data: { message: { id: message.id, cancelled: true } },
+    });
+    const next = await api(server, 'POST', `/api/v2/chats/${chatId}/messages`, { content: 'Again' });
+    expect(next.status, JSON.stringify(next.body)).toBe(200);
+    expect(await statuses(server, chatId)).toEqual([
+      ['Tell me everything', 'completed'],
+      [message.content, 'cancelled'],
+      ['Again', 'completed'],
+      ['Echo: Again', 'completed'],
     ]);
   }, 90_000);
 
@@ -203,7 +319,10 @@ describe('faults of the server process (real processes)', () => {
     for (const [i, chatId] of short.entries()) {
       expect(await history(next, chatId)).toEqual([`Stream ${i}`, shortReplies[i].join('')]);
     }
-    expect(await history(next, long)).toEqual([]);
+    // The cancelled turn shows as failed, with the reply as far as it got.
+    const stopped = await statuses(next, long);
+    expect(stopped.map(([, status]) => status)).toEqual(['failed', 'failed']);
+    expect(stopped[1][0]).toBe(contentOf(cancelled.events));
     const after = await api(next, 'POST', `/api/v2/chats/${long}/messages`, { content: 'Still there?' });
     expect(after.status, JSON.stringify(after.body)).toBe(200);
     expect(await next.stop()).toBe(0);

@@ -25,6 +25,11 @@ export interface RawResult<T> {
 export interface Database {
   kind: 'pglite' | 'postgres';
   db: Db;
+  /**
+   * When this process opened it (ISO 8601). On PGlite, which one process holds, a turn still
+   * `running` from before then was left by a previous process (TurnRunner.isDead).
+   */
+  openedAt: string;
   /** Parameterised SQL outside Drizzle (job queue adapter, LISTEN/NOTIFY, health). */
   query<T = Record<string, unknown>>(text: string, params?: unknown[]): Promise<RawResult<T>>;
   /** Multi-statement SQL without parameters. */
@@ -72,6 +77,7 @@ async function openPglite(client: PGlite, unlock: () => void): Promise<Database>
   return {
     kind: 'pglite',
     db,
+    openedAt: new Date().toISOString(),
     pglite: client,
     pool: null,
     async query<T>(text: string, params?: unknown[]) {
@@ -111,6 +117,7 @@ async function openPostgres(url: string, max: number): Promise<Database> {
   return {
     kind: 'postgres',
     db,
+    openedAt: new Date().toISOString(),
     pglite: null,
     pool,
     async query<T>(text: string, params?: unknown[]) {

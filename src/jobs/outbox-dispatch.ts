@@ -1,4 +1,4 @@
-import { and, asc, inArray, isNull, sql } from 'drizzle-orm';
+import { and, asc, inArray, isNull, or, sql } from 'drizzle-orm';
 import { projectWebhooks, webhookDeliveries, webhookEvents } from '../db/schema/index.js';
 import { type DeliveryDeps, RETRY_WINDOW_HOURS, scheduleAttempt } from './webhook-delivery.js';
 
@@ -9,7 +9,8 @@ const BATCH = 100;
 export const messageIdOf = (eventId: string) => `msg_${eventId.replace(/-/g, '')}`;
 
 /**
- * Fans undispatched outbox events out to the subscribed webhooks of their project: one delivery
+ * Fans undispatched outbox events out to the subscribed webhooks of their project and of their
+ * organization (webhooks without a project): one delivery
  * row and one job per webhook, and the event marked dispatched, all in one transaction. Rows are
  * claimed with SKIP LOCKED, so every process can run this at once without dispatching twice.
  * Returns how many events were dispatched.
@@ -25,7 +26,9 @@ export async function dispatchPendingEvents(deps: DeliveryDeps): Promise<number>
       .for('update', { skipLocked: true });
     if (events.length === 0) return 0;
 
-    const projectIds = [...new Set(events.map((e) => e.projectId))];
+    // The events' projects' webhooks, and their organizations' webhooks (no project: every event).
+    const projectIds = [...new Set(events.flatMap((e) => (e.projectId === null ? [] : [e.projectId])))];
+    const organizationIds = [...new Set(events.map((e) => e.organizationId))];
     const hooks = await tx
       .select({
         id: projectWebhooks.id,
@@ -34,13 +37,18 @@ export async function dispatchPendingEvents(deps: DeliveryDeps): Promise<number>
         events: projectWebhooks.events,
       })
       .from(projectWebhooks)
-      .where(inArray(projectWebhooks.projectId, projectIds));
+      .where(
+        or(
+          projectIds.length > 0 ? inArray(projectWebhooks.projectId, projectIds) : undefined,
+          and(inArray(projectWebhooks.organizationId, organizationIds), isNull(projectWebhooks.projectId)),
+        ),
+      );
 
     const rows = events.flatMap((event) =>
       hooks
         .filter(
           (hook) =>
-            hook.projectId === event.projectId &&
+            (hook.projectId === null || hook.projectId === event.projectId) &&
             hook.organizationId === event.organizationId &&
             (hook.events as string[]).includes(event.eventName),
         )

@@ -86,7 +86,7 @@ type Claim =
   | {
       kind: 'attempt';
       organizationId: number;
-      projectId: number;
+      projectId: number | null;
       webhookId: number;
       messageId: string;
       eventName: string;

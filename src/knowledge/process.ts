@@ -1,8 +1,9 @@
 import { and, eq, inArray, sql } from 'drizzle-orm';
 import type { DocumentLimits } from '../config.js';
 import type { SecretBox } from '../crypto/secret-box.js';
-import type { Database } from '../db/client.js';
+import type { Database, Queryable } from '../db/client.js';
 import { documentChunks, documentContents, documents } from '../db/schema/index.js';
+import { recordEventIfSubscribed } from '../jobs/outbox.js';
 import { providerFailure } from '../llm/provider-errors.js';
 import type { ModelUrlRule } from '../net/model-base-url.js';
 import { ExtractionError, reason } from './blocks.js';
@@ -137,10 +138,14 @@ export async function processDocument(deps: ProcessDeps, documentId: number): Pr
     chunkIds,
     chunks.map((chunk) => chunk.text),
   );
-  await deps.database.db
-    .update(documents)
-    .set({ processingStatus: 'completed', embeddingError, processingError: null, updatedAt: sql`now()` })
-    .where(and(eq(documents.id, documentId), eq(documents.processingStatus, 'processing')));
+  await deps.database.db.transaction(async (tx) => {
+    const [done] = await tx
+      .update(documents)
+      .set({ processingStatus: 'completed', embeddingError, processingError: null, updatedAt: sql`now()` })
+      .where(and(eq(documents.id, documentId), eq(documents.processingStatus, 'processing')))
+      .returning({ organizationId: documents.organizationId, name: documents.name });
+    if (done) await recordDocumentEvent(tx, documentId, done, 'completed', null);
+  });
   deps.log.info({ documentId, chunks: chunks.length, embeddingError }, 'document processed');
 }
 
@@ -198,10 +203,32 @@ async function claim(deps: ProcessDeps, documentId: number) {
 async function fail(deps: ProcessDeps, documentId: number, message: string, ocrError: string | null) {
   await deps.database.db.transaction(async (tx) => {
     await tx.delete(documentChunks).where(eq(documentChunks.documentId, documentId));
-    await tx
+    const [failed] = await tx
       .update(documents)
       .set({ processingStatus: 'failed', processingError: message, ocrError, updatedAt: sql`now()` })
-      .where(eq(documents.id, documentId));
+      .where(eq(documents.id, documentId))
+      .returning({ organizationId: documents.organizationId, name: documents.name });
+    if (failed) await recordDocumentEvent(tx, documentId, failed, 'failed', message);
   });
   deps.log.info({ documentId, reason: message }, 'document processing failed');
+}
+
+/**
+ * `document_processed` / `document_failed` for the organization's webhooks (documents belong to no
+ * project), in the transaction that records the outcome. `error` is the document's own
+ * `processing_error`, the reason shown by the documents API.
+ */
+function recordDocumentEvent(
+  tx: Queryable,
+  documentId: number,
+  document: { organizationId: number; name: string },
+  status: 'completed' | 'failed',
+  error: string | null,
+) {
+  return recordEventIfSubscribed(tx, {
+    organizationId: document.organizationId,
+    projectId: null,
+    eventName: status === 'completed' ? 'document_processed' : 'document_failed',
+    eventData: { document_id: documentId, name: document.name, processing_status: status, error },
+  });
 }

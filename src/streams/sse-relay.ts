@@ -10,15 +10,13 @@ export interface NamedEvent {
 export interface RelayOptions {
   /** The family's `error` event for a stream whose process stopped before its end. */
   lostEvent: () => NamedEvent;
-  /** Ends the relay (not the work behind it) with this event after `ms`. */
-  timeout?: { ms: number; event: () => NamedEvent };
   /** The seq the client already has (Last-Event-ID); events the relay adds itself repeat it. */
   afterSeq?: number;
 }
 
 /**
  * Relays a stream to an SSE response, each event with its `seq` as `id:`, until its last event
- * (`done`/`error`), its end, or the client leaving. Events the relay makes up (timeout, lost
+ * (`done`/`error`), its end, or the client leaving. Events the relay makes up (a lost
  * stream) carry the last delivered id, so a client resuming from them misses nothing.
  */
 export function relayStream(
@@ -30,23 +28,14 @@ export function relayStream(
     let finished = false;
     let lastId = options.afterSeq ?? 0;
     let unsubscribe: (() => void) | null = null;
-    let timer: NodeJS.Timeout | undefined;
     const finish = () => {
       if (finished) return;
       finished = true;
-      clearTimeout(timer);
       unsubscribe?.();
       sse.end();
       resolve();
     };
     const sendOwn = (event: NamedEvent) => sse.send(event.name, event.data, lastId);
-    if (options.timeout) {
-      const { ms, event } = options.timeout;
-      timer = setTimeout(() => {
-        sendOwn(event());
-        finish();
-      }, ms);
-    }
     // Events already published are replayed synchronously inside subscribe().
     unsubscribe = subscribe({
       onEvent: (event: StreamEvent) => {

@@ -23,6 +23,16 @@ export interface StreamListener {
   onEnd(reason: StreamEnd): void;
 }
 
+export interface SubscribeOptions {
+  /**
+   * For readers in other processes: whether the stream's work is known to have stopped without
+   * ending it (a chat turn whose lease ran out). Asked once the reader has every stored event and
+   * the stream has not ended; true ends the subscription as `lost` without waiting for the
+   * stream's own liveness to lapse.
+   */
+  abandoned?: () => Promise<boolean>;
+}
+
 export interface StreamState {
   lastSeq: number;
   ended: boolean;
@@ -155,7 +165,12 @@ export class StreamHub {
    * Delivers the stream's events with `seq > afterSeq` in order (stored ones first, then live
    * ones), then `onEnd`. Returns the function that stops the subscription.
    */
-  subscribe(key: string, afterSeq: number, listener: StreamListener): () => void {
+  subscribe(
+    key: string,
+    afterSeq: number,
+    listener: StreamListener,
+    options: SubscribeOptions = {},
+  ): () => void {
     const stream = this.local.get(key);
     if (stream) {
       for (const event of stream.events) if (event.seq > afterSeq) this.deliver(listener, event);
@@ -166,7 +181,7 @@ export class StreamHub {
       stream.listeners.add(listener);
       return () => stream.listeners.delete(listener);
     }
-    const sub = new RemoteSubscription(this, key, afterSeq, listener);
+    const sub = new RemoteSubscription(this, key, afterSeq, listener, options.abandoned);
     let subs = this.remote.get(key);
     if (!subs) {
       subs = new Set();
@@ -197,6 +212,21 @@ export class StreamHub {
     const run = this.chain.then(() => this.writeBatch());
     this.chain = run.catch(() => {});
     return run;
+  }
+
+  /**
+   * Ends a stream whose publisher is gone (it is not published by this process): appends the event
+   * after the stored ones as the stream's last, and wakes every reader. False when the stream had
+   * ended already.
+   */
+  async endAbandoned(key: string, name: string, data: unknown): Promise<boolean> {
+    const { rows } = await this.database.query(END_ABANDONED_SQL, [
+      key,
+      name,
+      jsonForDatabase(data),
+      EVENTS_CHANNEL,
+    ]);
+    return rows.length > 0;
   }
 
   /** Ends the subscriptions served from the table (shutdown): their clients can reattach elsewhere. */
@@ -357,6 +387,25 @@ with ins as (
 )
 select pg_notify($4, p) from jsonb_array_elements_text($5::jsonb) as p`;
 
+/** One event after a dead publisher's stored ones, the head marked ended, and the NOTIFY. */
+const END_ABANDONED_SQL = `
+with head as (
+  select coalesce((select max(seq) from stream_events where stream_key = $1), 0) as seq,
+         coalesce((select ended_at is not null from event_streams where key = $1), false) as ended
+), ins as (
+  insert into stream_events (stream_key, seq, event, data)
+  select $1, head.seq + 1, $2, $3::jsonb from head where not head.ended
+  on conflict do nothing
+  returning seq
+), heads as (
+  insert into event_streams (key, last_seq, alive_until, ended_at)
+  select $1, ins.seq, now(), now() from ins
+  on conflict (key) do update set
+    last_seq = greatest(event_streams.last_seq, excluded.last_seq),
+    ended_at = coalesce(event_streams.ended_at, excluded.ended_at)
+)
+select pg_notify($4, $1 || ' ' || ins.seq) from ins`;
+
 const PRUNE_SQL = `
 with old as (
   delete from event_streams
@@ -408,8 +457,19 @@ class RemoteSubscription {
     readonly key: string,
     afterSeq: number,
     private readonly listener: StreamListener,
+    private readonly abandoned?: () => Promise<boolean>,
   ) {
     this.delivered = afterSeq;
+  }
+
+  private async isAbandoned(): Promise<boolean> {
+    if (!this.abandoned) return false;
+    try {
+      return await this.abandoned();
+    } catch (err) {
+      this.hub.log.warn({ err, key: this.key }, 'could not tell whether a stream was abandoned');
+      return false;
+    }
   }
 
   async start(): Promise<void> {
@@ -482,7 +542,7 @@ class RemoteSubscription {
       const head = rows[0];
       if (!head) {
         // Not written yet (its first flush is on the way), or never: give up after a lease's length.
-        if (Date.now() - this.startedAt > this.hub.aliveMs) this.finish('lost');
+        if (Date.now() - this.startedAt > this.hub.aliveMs || (await this.isAbandoned())) this.finish('lost');
         return;
       }
       const lastSeq = Number(head.last_seq);
@@ -490,7 +550,7 @@ class RemoteSubscription {
       // Still behind (a concurrent read is delivering): the next check decides.
       if (this.stopped || this.delivered < lastSeq) return;
       if (head.ended) this.finish('ended');
-      else if (head.dead) this.finish('lost');
+      else if (head.dead || (await this.isAbandoned())) this.finish('lost');
     } catch (err) {
       this.hub.log.warn({ err, key: this.key }, 'could not read a stream head');
     }

@@ -2,6 +2,10 @@ import { AISDKError } from '@ai-sdk/provider';
 import { ApiError, toApiError } from '../http/errors.js';
 import { providerFailure } from '../llm/provider-errors.js';
 
+/** The `error` event's message for a turn whose process stopped before its end (code 500). */
+export const TURN_INTERRUPTED_MESSAGE =
+  'The turn was interrupted: the server running it stopped before the reply finished. Send the message again.';
+
 /** Why a turn failed, as the client will read it (an `error` event or a 500 body). */
 export class TurnFailure extends Error {
   constructor(

@@ -4,11 +4,13 @@ import { chatMessages, type MessageRow } from '../db/schema/index.js';
 import { chargeUsage, type Usage } from '../modules/credits/service.js';
 import type { TurnFailure } from './failure.js';
 import { releaseTurnLease } from './lease.js';
+import { recordTurnCompleted, recordTurnFailed } from './webhook-events.js';
 
 /**
  * How a turn ended. `completed` and `cancelled` (by a cancel request) keep the reply in history,
  * as far as it got, charged for what the model reported. `failed` (an error, or the server
- * stopping: `failure.cancelled`) keeps both messages for audit, out of history.
+ * stopping: `failure.cancelled`) marks both messages `failed`: shown in history as such, never
+ * given to the model again; the reply keeps what was generated.
  */
 export type TurnEnd =
   | { kind: 'completed' }
@@ -17,6 +19,8 @@ export type TurnEnd =
 
 export interface TurnOutcomeRecord {
   turnId: number;
+  chatId: number;
+  projectId: number;
   userMessageId: number;
   assistantMessageId: number;
   /** The reply as far as it got. */
@@ -28,18 +32,18 @@ export interface TurnOutcomeRecord {
 }
 
 /**
- * Writes a turn's result, inside the caller's transaction: the assistant message, the charge and
- * the released lease (the chat takes messages again). Returns the assistant message's row.
+ * Writes a turn's result, inside the caller's transaction: the released lease (the chat takes
+ * messages again), the assistant message and the charge. Returns the assistant message's row, or
+ * null when the turn was no longer running: another process retired its expired lease, or a
+ * cancel took over a turn whose process did not answer; their record stands.
  */
-export async function finishTurn(tx: Queryable, outcome: TurnOutcomeRecord): Promise<MessageRow> {
+export async function finishTurn(tx: Queryable, outcome: TurnOutcomeRecord): Promise<MessageRow | null> {
   const { end, usage } = outcome;
   const failed = end.kind === 'failed';
-  const status =
-    end.kind === 'completed'
-      ? 'completed'
-      : end.kind === 'cancelled' || end.failure.cancelled
-        ? 'cancelled'
-        : 'failed';
+  const status = end.kind === 'completed' ? 'completed' : end.kind === 'cancelled' ? 'cancelled' : 'failed';
+  // The turn records who stopped it (a shutdown cancels it); its messages simply failed.
+  const turnStatus = failed && end.failure.cancelled ? 'cancelled' : status;
+  if (!(await releaseTurnLease(tx, outcome.turnId, turnStatus))) return null;
   // A failed turn is charged only when the model reported usage; a finished one always gets its ledger row.
   const spent = usage.inputTokens > 0 || usage.outputTokens > 0;
   const credits = !failed || spent ? await chargeUsage(tx, { ...outcome.charge, usage }) : 0;
@@ -58,7 +62,18 @@ export async function finishTurn(tx: Queryable, outcome: TurnOutcomeRecord): Pro
     })
     .where(eq(chatMessages.id, outcome.assistantMessageId))
     .returning();
-  if (failed) await tx.update(chatMessages).set({ status }).where(eq(chatMessages.id, outcome.userMessageId));
-  await releaseTurnLease(tx, outcome.turnId, status);
+  if (failed)
+    await tx
+      .update(chatMessages)
+      .set({ status, error: end.failure.message })
+      .where(eq(chatMessages.id, outcome.userMessageId));
+  const turn = {
+    organizationId: outcome.charge.organizationId,
+    projectId: outcome.projectId,
+    chatId: outcome.chatId,
+    messageId: outcome.assistantMessageId,
+  };
+  if (failed) await recordTurnFailed(tx, turn, { code: end.failure.code, message: end.failure.message });
+  else await recordTurnCompleted(tx, turn, { ...usage, credits });
   return row;
 }

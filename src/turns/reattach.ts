@@ -14,13 +14,14 @@ export interface AttachableTurn {
   running: boolean;
 }
 
-/** The chat's turn in progress, or its last one if it ended less than 10 minutes ago. */
+/** The chat's turn in progress, or its last one if it ended (or its process died) less than 10 minutes ago. */
 export async function attachableTurn(db: Queryable, chatId: number): Promise<AttachableTurn | null> {
   const [turn] = await db
     .select({
       id: chatTurns.id,
       running: sql<boolean>`${chatTurns.status} = 'running' and ${chatTurns.leaseExpiresAt} > now()`,
-      recent: sql<boolean>`coalesce(${chatTurns.finishedAt} > now() - make_interval(mins => ${REATTACH_WINDOW_MINUTES}), false)`,
+      // A turn whose process died never finished: its lease's end counts as its end.
+      recent: sql<boolean>`coalesce(${chatTurns.finishedAt}, ${chatTurns.leaseExpiresAt}) > now() - make_interval(mins => ${REATTACH_WINDOW_MINUTES})`,
     })
     .from(chatTurns)
     .where(eq(chatTurns.chatId, chatId))

@@ -1,4 +1,5 @@
 import { setMaxListeners } from 'node:events';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { type ModelMessage, stepCountIs, streamText } from 'ai';
 import { eq, sql } from 'drizzle-orm';
 import type { FastifyBaseLogger } from 'fastify';
@@ -6,6 +7,7 @@ import type { ServiceContext } from '../core/context.js';
 import type { Database } from '../db/client.js';
 import { type AgentTool, chatMessages, chats } from '../db/schema/index.js';
 import { ApiError } from '../http/errors.js';
+import { DEFAULT_RETRY_POLICY, withBoundedRetries } from '../llm/bounded-retries.js';
 import { collectTools, type ToolFamilies, type ToolScope } from '../llm/tools/registry.js';
 import { presentMessage } from '../modules/chats/presenter.js';
 import type { ChatView, MessageView } from '../modules/chats/schemas.js';
@@ -15,7 +17,7 @@ import { chatDone, chatError, type TurnEvent } from '../streams/protocol.js';
 import { StreamPublisher } from '../streams/publisher.js';
 import type { StreamHub } from '../streams/stream-hub.js';
 import { turnStreamKey } from './events.js';
-import { describeFailure, TurnCancelled, TurnFailure } from './failure.js';
+import { describeFailure, TURN_INTERRUPTED_MESSAGE, TurnCancelled, TurnFailure } from './failure.js';
 import { finishTurn, type TurnEnd } from './finish.js';
 import { acquireTurnLease, keepLeaseAlive } from './lease.js';
 import type { TurnPlan } from './plan.js';
@@ -32,7 +34,7 @@ export interface TurnSettings {
   modelIdleMs: number;
   /** Model calls per turn, tool round trips included. */
   maxSteps: number;
-  /** Retries of a provider's 429 and 5xx answers per model call. */
+  /** Retries of a provider's 429 and 5xx answers per model call (short waits: llm/bounded-retries.ts). */
   maxRetries: number;
   /** Finished messages of the chat sent to the model as context. */
   historyLimit: number;
@@ -67,6 +69,9 @@ export interface TurnOptions {
   announceChat?: ChatView;
 }
 
+/** How long a failed turn's end is retried while the database does not answer. */
+const RECORD_RETRY_MS = 10 * 60_000;
+
 /** Cancel requests for turns running in another process arrive on this channel (payload: the turn id). */
 export const TURN_CANCEL_CHANNEL = 'scriptorium_turn_cancels';
 
@@ -79,6 +84,8 @@ export class TurnRunner {
   private readonly shutdown = new AbortController();
   /** Turns running in this process, by id: how to stop each one. */
   private readonly running = new Map<number, AbortController>();
+  /** Ends of failed turns that could not be written yet (the database was away), retried. */
+  private readonly recordings = new Set<Promise<void>>();
   private listeningForCancels = false;
 
   constructor(
@@ -99,6 +106,25 @@ export class TurnRunner {
     return this.deps.settings;
   }
 
+  /**
+   * Whether a turn stopped without ending: retired by another turn (`expired`), its lease run out,
+   * or, on PGlite (one process holds the database), still `running` from before this process
+   * opened it, so left behind by a previous one. Readers of such a turn end with an `error` event.
+   */
+  async isDead(turnId: number): Promise<boolean> {
+    if (this.running.has(turnId)) return false;
+    const { database } = this.deps;
+    const { rows } = await database.query<{ status: string; expired: boolean; inherited: boolean }>(
+      'select status, lease_expires_at < now() as expired, created_at < $2 as inherited from chat_turns where id = $1',
+      [turnId, database.openedAt],
+    );
+    const turn = rows[0];
+    if (!turn) return false;
+    if (turn.status === 'expired') return true;
+    if (turn.status !== 'running') return false;
+    return turn.expired || (database.kind === 'pglite' && turn.inherited);
+  }
+
   /** Stops a turn running in this process (its partial reply is kept); false when it runs elsewhere. */
   cancel(turnId: number): boolean {
     const abort = this.running.get(turnId);
@@ -107,14 +133,18 @@ export class TurnRunner {
     return true;
   }
 
-  /** Stops the turn here, or tells the other processes to (the lease renewal is the fallback). */
-  async cancelAnywhere(turnId: number): Promise<void> {
-    if (this.cancel(turnId)) return;
+  /**
+   * Stops the turn here, or tells the other processes to (the lease renewal is the fallback).
+   * True when the turn runs in this process.
+   */
+  async cancelAnywhere(turnId: number): Promise<boolean> {
+    if (this.cancel(turnId)) return true;
     await this.deps.streams.notifier
       .notify(TURN_CANCEL_CHANNEL, String(turnId))
       .catch((err) =>
         this.deps.log.warn({ err }, 'could not notify the cancel; the lease renewal picks it up'),
       );
+    return false;
   }
 
   /**
@@ -167,6 +197,7 @@ export class TurnRunner {
       const assistantMessageId = inserted.find((m) => m.role === 'assistant')!.id;
       const turnId = await acquireTurnLease(tx, {
         organizationId: principal.organizationId,
+        projectId: plan.project.id,
         chatId: plan.chat.id,
         leaseMs: this.deps.settings.leaseMs,
         userMessageId,
@@ -203,20 +234,60 @@ export class TurnRunner {
       .catch((err) => log.warn({ err }, 'could not listen for cancel requests; lease renewals check them'));
   }
 
-  /** Lets running turns finish for up to `graceMs`, then cancels the rest and waits for them to record it. */
+  /**
+   * Lets running turns (and failed turns still waiting to be recorded) finish for up to `graceMs`,
+   * then cancels the rest and waits for them to record it. Records still pending then are left
+   * to the lease's expiry.
+   */
   async close(graceMs = 0): Promise<void> {
-    if (this.inFlight.size === 0) return;
+    const pending = () => [...this.inFlight, ...this.recordings];
+    if (pending().length === 0) return;
     let timer: NodeJS.Timeout | undefined;
     const graceOver = new Promise<void>((resolve) => {
       timer = setTimeout(resolve, graceMs);
     });
-    await Promise.race([Promise.allSettled([...this.inFlight]), graceOver]);
+    await Promise.race([Promise.allSettled(pending()), graceOver]);
     clearTimeout(timer);
-    if (this.inFlight.size === 0) return;
+    if (pending().length === 0) return;
     this.shutdown.abort(
       new TurnFailure('The server shut down before the reply finished', 'turn_cancelled', true),
     );
-    await Promise.allSettled([...this.inFlight]);
+    await Promise.allSettled(pending());
+  }
+
+  /**
+   * Retries writing a turn's end until it is written: every 100 ms at first, then every second
+   * (so a chat is free within about a second of the database answering again), for at most
+   * RECORD_RETRY_MS, and not past the shutdown.
+   */
+  private recordLater(write: () => Promise<unknown>, log: FastifyBaseLogger): void {
+    const signal = this.shutdown.signal;
+    const task = (async () => {
+      const giveUpAt = Date.now() + RECORD_RETRY_MS;
+      let delay = 100;
+      let lastError: unknown = null;
+      while (!signal.aborted && Date.now() < giveUpAt) {
+        try {
+          await sleep(delay, undefined, { signal });
+        } catch {
+          break;
+        }
+        try {
+          await write();
+          log.info('recorded the failed turn once the database answered again');
+          return;
+        } catch (err) {
+          lastError = err;
+          delay = Math.min(delay * 2, 1000);
+        }
+      }
+      log.error(
+        { err: lastError },
+        'gave up recording the failed turn; its chat is free again when the lease expires',
+      );
+    })();
+    this.recordings.add(task);
+    void task.finally(() => this.recordings.delete(task));
   }
 
   private async run(
@@ -242,6 +313,11 @@ export class TurnRunner {
     const stopLease = keepLeaseAlive(db, ids.turnId, settings.leaseMs, {
       onError: (err) => log.warn({ err }, 'could not renew the turn lease'),
       onCancelRequested: () => this.cancel(ids.turnId),
+      // Retired elsewhere (a cancel that got no answer, or an expired lease): stop; its record stands.
+      onLost: () => {
+        log.warn('the turn is no longer this process’s to run: stopping it');
+        this.cancel(ids.turnId);
+      },
     });
     const onShutdown = () => abort.abort(this.shutdown.signal.reason);
     this.shutdown.signal.addEventListener('abort', onShutdown, { once: true });
@@ -262,12 +338,26 @@ export class TurnRunner {
       db.transaction((tx) =>
         finishTurn(tx, {
           ...ids,
+          chatId: plan.chat.id,
+          projectId: plan.project.id,
           text,
           usage,
           charge: this.chargeOf(ctx, plan, ids.assistantMessageId),
           end,
         }),
       );
+    // The turn's end was written by someone else (see finishTurn): this process's readers get
+    // what was recorded, so every reader of the turn ends the same way.
+    const endRecordedElsewhere = async (): Promise<TurnOutcome> => {
+      const message = await messageView(db, ids.assistantMessageId);
+      if (message.status !== 'failed') {
+        await publish(chatDone(message, options.announceChat));
+        return { status: 'completed', message };
+      }
+      const error = new ApiError(500, 'turn_interrupted', TURN_INTERRUPTED_MESSAGE);
+      await publish(chatError(error.message, error.status, options.announceChat));
+      return { status: 'failed', error };
+    };
     try {
       const stream = await this.startModel(ctx, plan, abort.signal, watchdog);
       let failure: unknown = null;
@@ -320,6 +410,7 @@ export class TurnRunner {
       }
 
       const row = await finish({ kind: 'completed' });
+      if (!row) return await endRecordedElsewhere();
       // The stored row is at hand: read it back only when tool executions belong in the view.
       const message = usedTools ? await messageView(db, ids.assistantMessageId) : presentMessage(row);
       await publish(chatDone(message, options.announceChat));
@@ -327,24 +418,37 @@ export class TurnRunner {
     } catch (err) {
       const failure = describeFailure(err);
       if (failure instanceof TurnCancelled) {
-        const message = await finish({ kind: 'cancelled' })
-          .then(() => messageView(db, ids.assistantMessageId))
-          .catch((recordErr) => {
+        const recorded: MessageView | 'elsewhere' | null = await finish({ kind: 'cancelled' }).then(
+          async (row) => (row ? await messageView(db, ids.assistantMessageId) : 'elsewhere'),
+          (recordErr) => {
             log.error({ err: recordErr }, 'could not record the cancelled turn');
             return null;
-          });
-        if (message) {
+          },
+        );
+        if (recorded === 'elsewhere') return await endRecordedElsewhere();
+        if (recorded) {
           log.info('chat turn cancelled by request');
-          await publish(chatDone(message, options.announceChat));
-          return { status: 'completed', message };
+          await publish(chatDone(recorded, options.announceChat));
+          return { status: 'completed', message: recorded };
         }
       }
       log[failure.cancelled ? 'warn' : 'error']({ err }, 'chat turn failed');
-      await finish({ kind: 'failed', failure }).catch((recordErr) =>
-        log.error({ err: recordErr }, 'could not record the failed turn'),
+      const recorded = await finish({ kind: 'failed', failure }).then(
+        () => true,
+        (recordErr) => {
+          log.warn(
+            { err: recordErr },
+            'could not record the failed turn; retrying until the database answers',
+          );
+          return false;
+        },
       );
       const error = new ApiError(500, failure.code, failure.message);
       await publish(chatError(error.message, error.status, options.announceChat));
+      // The database is away (that is usually why the record failed): this process knows the turn
+      // is over, so it frees the chat as soon as the database answers instead of leaving it to the
+      // lease's expiry, and the messages show the real failure with the partial reply.
+      if (!recorded) this.recordLater(() => finish({ kind: 'failed', failure }), log);
       return { status: 'failed', error };
     } finally {
       watchdog.stop();
@@ -356,7 +460,10 @@ export class TurnRunner {
   private async startModel(ctx: ServiceContext, plan: TurnPlan, signal: AbortSignal, watchdog: IdleWatchdog) {
     const { database, families, settings } = this.deps;
     const db = database.db;
-    const model = ctx.models.languageModel(plan.configuration);
+    const model = withBoundedRetries(ctx.models.languageModel(plan.configuration), {
+      ...DEFAULT_RETRY_POLICY,
+      retries: settings.maxRetries,
+    });
     const scope: ToolScope = {
       ctx,
       projectId: plan.project.id,
@@ -386,7 +493,8 @@ export class TurnRunner {
       messages,
       tools: pausingWatchdog(toolSet.tools, watchdog),
       stopWhen: stepCountIs(settings.maxSteps),
-      maxRetries: settings.maxRetries,
+      // Retried by withBoundedRetries: a failing provider is reported within seconds.
+      maxRetries: 0,
       abortSignal: signal,
       // Failures are read from the stream (and logged by the turn); the default prints to stderr.
       onError: () => {},

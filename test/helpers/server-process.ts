@@ -79,8 +79,33 @@ export function fakeModelEnv(baseUrl: string): Record<string, string> {
 // ---------------------------------------------------------------- processes
 
 const live = new Set<ChildProcess>();
+/** Children that lead a process group (npm): killed with their group. */
+const groups = new Set<ChildProcess>();
+const killHard = (child: ChildProcess) => {
+  if (groups.has(child) && child.pid !== undefined) {
+    try {
+      process.kill(-child.pid, 'SIGKILL');
+      return;
+    } catch {
+      // The group is gone already: fall through to the child itself.
+    }
+  }
+  child.kill('SIGKILL');
+};
+/** What is left of the process groups (a node process that outlived npm included). */
+const killGroups = () => {
+  for (const child of groups) {
+    try {
+      if (child.pid !== undefined) process.kill(-child.pid, 'SIGKILL');
+    } catch {
+      // Nothing left in that group.
+    }
+  }
+  groups.clear();
+};
 process.once('exit', () => {
-  for (const child of live) child.kill('SIGKILL');
+  for (const child of live) killHard(child);
+  killGroups();
 });
 
 export interface ServiceProcess {
@@ -104,11 +129,33 @@ export function spawnService(
   args: string[],
   env: Record<string, string>,
 ): ServiceProcess {
-  const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], {
+  return track(
+    name,
+    spawn(process.execPath, ['--import', 'tsx', script, ...args], {
+      cwd: ROOT,
+      env: childEnv(env),
+      stdio: ['ignore', 'pipe', 'pipe'],
+    }),
+  );
+}
+
+/**
+ * `npm start` as an operator (or a container whose PID 1 it is) runs it. `child` is npm itself:
+ * signals go to npm, as they would in production. npm leads its own process group, so the
+ * clean-up kills the whole group (npm and the node process under it).
+ */
+export function spawnNpmStart(name: string, env: Record<string, string>): ServiceProcess {
+  const child = spawn('npm', ['start', '--silent'], {
     cwd: ROOT,
     env: childEnv(env),
     stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
   });
+  groups.add(child);
+  return track(name, child);
+}
+
+function track(name: string, child: ChildProcess): ServiceProcess {
   live.add(child);
   const lines: string[] = [];
   const listeners = new Set<() => void>();
@@ -164,7 +211,7 @@ export function spawnService(
       });
     },
     async kill() {
-      if (proc.running) child.kill('SIGKILL');
+      if (proc.running) killHard(child);
       await exited;
     },
   };
@@ -178,10 +225,11 @@ export async function killAllProcesses(): Promise<void> {
       new Promise<void>((resolve) => {
         if (child.exitCode !== null || child.signalCode !== null) return resolve();
         child.once('exit', () => resolve());
-        child.kill('SIGKILL');
+        killHard(child);
       }),
   );
   await Promise.all(waits);
+  killGroups();
 }
 
 export async function freePort(): Promise<number> {

@@ -85,7 +85,7 @@ export interface paths {
         };
         /**
          * Reattach to the chat's turn stream
-         * @description Streams the chat's turn in progress, or its last one for 10 minutes after it ended: from its first event, or after the `Last-Event-ID` header or `?after=`, then live until `done` or `error`. Works from any server process. 204 when there is nothing to attach to (no turn, or every event already received).
+         * @description Streams the chat's turn in progress, or its last one for 10 minutes after it ended: from its first event, or after the `Last-Event-ID` header or `?after=`, then live until `done` or `error`. Works from any server process. A turn whose server stopped before its end (its lease ran out, or it is known dead) ends with an `error` event (code 500, the turn was interrupted) after its stored events. 204 when there is nothing to attach to (no turn, or every event already received).
          */
         get: operations["streamChat"];
         put?: never;
@@ -107,7 +107,7 @@ export interface paths {
         put?: never;
         /**
          * Stop the chat's turn in progress
-         * @description Stops the turn whether streaming, blocking or detached, from any server process. The reply generated so far is kept in history with `cancelled: true` (and its `usage`), the turn's stream ends with `done` carrying it, and the chat takes messages again. 409 when no turn is running.
+         * @description Stops the turn whether streaming, blocking or detached, from any server process. The reply generated so far is kept in history with `cancelled: true` (and its `usage`), the turn's stream ends with `done` carrying it, and the chat takes messages again. A turn whose server does not answer within 3 s (it died) is recorded as cancelled by this request, with the reply as far as it was streamed. 409 when no turn is running.
          */
         post: operations["cancelChatTurn"];
         delete?: never;
@@ -597,6 +597,54 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/webhooks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The organization's webhooks (without their secrets); admins only
+         * @description The organization's webhook subscriptions, which receive the events of every project and the organization's document events. Organization admins only. Paginated.
+         */
+        get: operations["listOrganizationWebhooks"];
+        put?: never;
+        /**
+         * Subscribe a URL to events of every project and the organization's documents; the signing secret is in this response only
+         * @description Creates an organization webhook. Its events may be any webhook event, including document_processed and document_failed. The signing secret (whsec_...) is returned once.
+         */
+        post: operations["createOrganizationWebhook"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/webhooks/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get an organization webhook
+         * @description One organization webhook subscription (without its secret).
+         */
+        get: operations["getOrganizationWebhook"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete an organization webhook
+         * @description No further events are sent to it; pending retries stop.
+         */
+        delete: operations["deleteOrganizationWebhook"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/projects/{id}/webhooks/{webhook_id}/deliveries": {
         parameters: {
             query?: never;
@@ -651,6 +699,66 @@ export interface paths {
          * @description Sends a signed `webhook_test` event at once and answers with the outcome of the attempt.
          */
         post: operations["testProjectWebhook"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/webhooks/{id}/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * An organization webhook's delivery log, newest first
+         * @description Every attempt to deliver an event to this organization webhook, with the response status or error. Paginated.
+         */
+        get: operations["listOrganizationWebhookDeliveries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/webhooks/{id}/deliveries/{delivery_id}/redeliver": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send a delivery of an organization webhook again (same webhook-id)
+         * @description Schedules the delivery again with the same webhook-id; the attempt runs in the background (202).
+         */
+        post: operations["redeliverOrganizationWebhookDelivery"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/webhooks/{id}/test": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send a signed webhook_test event to an organization webhook now and report the attempt
+         * @description Sends a signed webhook_test event to the organization webhook at once and answers with the recorded attempt.
+         */
+        post: operations["testOrganizationWebhook"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1526,7 +1634,7 @@ export interface components {
         /** Webhook */
         Webhook: {
             id: number;
-            project_id: number;
+            project_id: number | null;
             url: string;
             events: string[];
             /** @description UTC, microsecond precision: YYYY-MM-DDTHH:MM:SS.ffffffZ */
@@ -1543,13 +1651,13 @@ export interface components {
         CreateWebhookBody: {
             /** @description https URL on a public address (http and private addresses only with OUTBOUND_ALLOW_PRIVATE) */
             url: string;
-            /** @description Any of: artifact_generated, artifact_refined, artifact_generation_failed */
+            /** @description Project webhooks: any of artifact_generated, artifact_refined, artifact_generation_failed, chat_turn_completed, chat_turn_failed. Organization webhooks: any of artifact_generated, artifact_refined, artifact_generation_failed, chat_turn_completed, chat_turn_failed, document_processed, document_failed */
             events: string[];
         };
         /** CreatedWebhook */
         CreatedWebhook: {
             id: number;
-            project_id: number;
+            project_id: number | null;
             url: string;
             events: string[];
             /** @description UTC, microsecond precision: YYYY-MM-DDTHH:MM:SS.ffffffZ */
@@ -2049,7 +2157,7 @@ export interface components {
         WebhookDelivery: {
             id: number;
             webhook_id: number;
-            project_id: number;
+            project_id: number | null;
             /** @description artifact_generated, artifact_refined, artifact_generation_failed, or webhook_test */
             event_name: string;
             event_data: {
@@ -2189,6 +2297,8 @@ export interface components {
             /** @description UTC, microsecond precision: YYYY-MM-DDTHH:MM:SS.ffffffZ */
             created_at: string;
             tool_executions: components["schemas"]["ToolExecution"][];
+            /** @description `completed`; `cancelled` for a reply stopped by POST /chats/:id/cancel; `failed` on both messages of a turn that failed (a model or tool error, the database or the server going away): the reply holds what was generated, and the message was not answered */
+            status: "completed" | "cancelled" | "failed";
             usage?: components["schemas"]["MessageUsage"];
             /**
              * @description Present on a reply stopped by POST /chats/:id/cancel: content is what was generated
@@ -3897,6 +4007,126 @@ export interface operations {
             429: components["responses"]["V1TooManyRequests"];
         };
     };
+    listOrganizationWebhooks: {
+        parameters: {
+            query?: {
+                /** @description 1-based page number */
+                page?: number;
+                /** @description Items per page (max 100) */
+                page_size?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookListResponse"];
+                };
+            };
+            400: components["responses"]["V1BadRequest"];
+            401: components["responses"]["V1Unauthorized"];
+            403: components["responses"]["V1Forbidden"];
+            404: components["responses"]["V1NotFound"];
+            422: components["responses"]["V1UnprocessableEntity"];
+            429: components["responses"]["V1TooManyRequests"];
+        };
+    };
+    createOrganizationWebhook: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the POST safe to retry for 24 hours: a repeat with the same body gets the first answer (a streamed one reattaches to the same stream); a different body is 422, a repeat while the first runs is 409. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateWebhookBody"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CreatedWebhookResponse"];
+                };
+            };
+            400: components["responses"]["V1BadRequest"];
+            401: components["responses"]["V1Unauthorized"];
+            403: components["responses"]["V1Forbidden"];
+            404: components["responses"]["V1NotFound"];
+            422: components["responses"]["V1UnprocessableEntity"];
+            429: components["responses"]["V1TooManyRequests"];
+        };
+    };
+    getOrganizationWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookResponse"];
+                };
+            };
+            400: components["responses"]["V1BadRequest"];
+            401: components["responses"]["V1Unauthorized"];
+            403: components["responses"]["V1Forbidden"];
+            404: components["responses"]["V1NotFound"];
+            422: components["responses"]["V1UnprocessableEntity"];
+            429: components["responses"]["V1TooManyRequests"];
+        };
+    };
+    deleteOrganizationWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StatusMessage"];
+                };
+            };
+            400: components["responses"]["V1BadRequest"];
+            401: components["responses"]["V1Unauthorized"];
+            403: components["responses"]["V1Forbidden"];
+            404: components["responses"]["V1NotFound"];
+            422: components["responses"]["V1UnprocessableEntity"];
+            429: components["responses"]["V1TooManyRequests"];
+        };
+    };
     listWebhookDeliveries: {
         parameters: {
             query?: {
@@ -3974,6 +4204,102 @@ export interface operations {
             path: {
                 id: number;
                 webhook_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeliveryResponse"];
+                };
+            };
+            400: components["responses"]["V1BadRequest"];
+            401: components["responses"]["V1Unauthorized"];
+            403: components["responses"]["V1Forbidden"];
+            404: components["responses"]["V1NotFound"];
+            422: components["responses"]["V1UnprocessableEntity"];
+            429: components["responses"]["V1TooManyRequests"];
+        };
+    };
+    listOrganizationWebhookDeliveries: {
+        parameters: {
+            query?: {
+                /** @description 1-based page number */
+                page?: number;
+                /** @description Items per page (max 100) */
+                page_size?: number;
+            };
+            header?: never;
+            path: {
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeliveryListResponse"];
+                };
+            };
+            400: components["responses"]["V1BadRequest"];
+            401: components["responses"]["V1Unauthorized"];
+            403: components["responses"]["V1Forbidden"];
+            404: components["responses"]["V1NotFound"];
+            422: components["responses"]["V1UnprocessableEntity"];
+            429: components["responses"]["V1TooManyRequests"];
+        };
+    };
+    redeliverOrganizationWebhookDelivery: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the POST safe to retry for 24 hours: a repeat with the same body gets the first answer (a streamed one reattaches to the same stream); a different body is 422, a repeat while the first runs is 409. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                id: number;
+                delivery_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description HTTP 202 */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeliveryResponse"];
+                };
+            };
+            400: components["responses"]["V1BadRequest"];
+            401: components["responses"]["V1Unauthorized"];
+            403: components["responses"]["V1Forbidden"];
+            404: components["responses"]["V1NotFound"];
+            422: components["responses"]["V1UnprocessableEntity"];
+            429: components["responses"]["V1TooManyRequests"];
+        };
+    };
+    testOrganizationWebhook: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the POST safe to retry for 24 hours: a repeat with the same body gets the first answer (a streamed one reattaches to the same stream); a different body is 422, a repeat while the first runs is 409. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                id: number;
             };
             cookie?: never;
         };

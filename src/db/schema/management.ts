@@ -166,8 +166,20 @@ export const agentGroups = pgTable(
   (t) => [primaryKey({ columns: [t.agentId, t.groupId] })],
 );
 
-export type WebhookEventName = 'artifact_generated' | 'artifact_refined' | 'artifact_generation_failed';
+export type WebhookEventName =
+  | 'artifact_generated'
+  | 'artifact_refined'
+  | 'artifact_generation_failed'
+  | 'chat_turn_completed'
+  | 'chat_turn_failed'
+  | 'chat_approval_required'
+  | 'document_processed'
+  | 'document_failed';
 
+/**
+ * Webhooks of a project, and organization webhooks (`project_id` null: events of every project,
+ * and the organization's own, such as documents).
+ */
 export const projectWebhooks = pgTable(
   'project_webhooks',
   {
@@ -175,9 +187,7 @@ export const projectWebhooks = pgTable(
     organizationId: integer('organization_id')
       .notNull()
       .references(() => organizations.id),
-    projectId: integer('project_id')
-      .notNull()
-      .references(() => projects.id, { onDelete: 'cascade' }),
+    projectId: integer('project_id').references(() => projects.id, { onDelete: 'cascade' }),
     url: text('url').notNull(),
     events: jsonb('events').$type<WebhookEventName[]>().notNull(),
     /** The `whsec_...` signing secret, encrypted with the secret box (it must be readable to sign). */
@@ -201,9 +211,8 @@ export const webhookEvents = pgTable(
     organizationId: integer('organization_id')
       .notNull()
       .references(() => organizations.id),
-    projectId: integer('project_id')
-      .notNull()
-      .references(() => projects.id, { onDelete: 'cascade' }),
+    /** Null for an event of the organization itself (documents): only organization webhooks get it. */
+    projectId: integer('project_id').references(() => projects.id, { onDelete: 'cascade' }),
     eventName: text('event_name').notNull(),
     eventData: jsonb('event_data').$type<Record<string, unknown>>().notNull(),
     dispatchedAt: tstz('dispatched_at'),

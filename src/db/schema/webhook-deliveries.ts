@@ -18,9 +18,8 @@ export const webhookDeliveries = pgTable(
     organizationId: integer('organization_id')
       .notNull()
       .references(() => organizations.id),
-    projectId: integer('project_id')
-      .notNull()
-      .references(() => projects.id, { onDelete: 'cascade' }),
+    /** The event's project (null for an organization event such as a document's). */
+    projectId: integer('project_id').references(() => projects.id, { onDelete: 'cascade' }),
     webhookId: integer('webhook_id')
       .notNull()
       .references(() => projectWebhooks.id, { onDelete: 'cascade' }),

@@ -66,6 +66,12 @@ export interface RunOptions {
   signal?: AbortSignal;
   /** The tool families to draw from: the process's (AppDeps), or a calling tool's. */
   families: ToolFamilies;
+  /**
+   * The longest the whole run may take, for callers a client waits on without a stream (blocking
+   * requests: REPLY_TIMEOUT_MS). Streams and work nobody waits on have none: a model silent for
+   * MODEL_IDLE_TIMEOUT_MS fails them instead.
+   */
+  deadlineMs?: number;
 }
 
 export interface ArtifactUsage {
@@ -147,7 +153,8 @@ export async function runGeneration(
     system: systemPrompt({ artifactType, project, toolNotes: toolSet.notes }),
     messages: [{ role: 'user', content: prompt }],
     tools: toolSet.tools,
-    timeoutMs: ctx.config.replyTimeoutMs,
+    deadlineMs: options.deadlineMs,
+    idleMs: ctx.config.modelIdleTimeoutMs,
     onChunk: options.onChunk,
     signal: options.signal,
   });
@@ -257,7 +264,8 @@ export async function runRefinement(
     system: systemPrompt({ artifactType, project, toolNotes: toolSet.notes }),
     messages,
     tools: toolSet.tools,
-    timeoutMs: ctx.config.replyTimeoutMs,
+    deadlineMs: options.deadlineMs,
+    idleMs: ctx.config.modelIdleTimeoutMs,
     onChunk: options.onChunk,
     signal: options.signal,
   });

@@ -2,7 +2,9 @@ import { AISDKError, type LanguageModelV3 } from '@ai-sdk/provider';
 import { type ModelMessage, stepCountIs, streamText, type Tool } from 'ai';
 import type { ChatHistoryEntry } from '../../db/schema/index.js';
 import { ApiError } from '../../http/errors.js';
+import { withBoundedRetries } from '../../llm/bounded-retries.js';
 import { providerFailure } from '../../llm/provider-errors.js';
+import { IdleWatchdog, pausingWatchdog } from '../../turns/watchdog.js';
 import type { Usage } from '../credits/service.js';
 
 /** Enough steps for a few knowledge searches or tool calls before the document is written. */
@@ -14,7 +16,10 @@ export interface ModelRunRequest {
   system: string;
   messages: ModelMessage[];
   tools: Record<string, Tool>;
-  timeoutMs: number;
+  /** The whole run's limit (blocking requests); none for streams. */
+  deadlineMs?: number;
+  /** A model silent this long (no stream part while no tool runs) fails the run. */
+  idleMs: number;
   onChunk?: (text: string) => void;
   signal?: AbortSignal;
 }
@@ -29,17 +34,27 @@ export interface ModelRunResult {
 /**
  * Streams one generation through the AI SDK (the same path for blocking and streaming callers):
  * every text delta goes to `onChunk`, and the returned text is exactly their concatenation.
- * A model failure, a broken stream or the reply timeout throws an ApiError (500).
+ * A model failure, a broken stream, a silent model or the deadline throws an ApiError (500).
  */
 export async function runModel(request: ModelRunRequest): Promise<ModelRunResult> {
-  const timeout = AbortSignal.timeout(request.timeoutMs);
-  const signal = request.signal ? AbortSignal.any([request.signal, timeout]) : timeout;
+  const idle = new AbortController();
+  const watchdog = new IdleWatchdog(request.idleMs, () => idle.abort(new Error('idle')));
+  const signals = [idle.signal];
+  const deadline = request.deadlineMs === undefined ? null : AbortSignal.timeout(request.deadlineMs);
+  if (deadline) signals.push(deadline);
+  if (request.signal) signals.push(request.signal);
+  const signal = AbortSignal.any(signals);
   const hasTools = Object.keys(request.tools).length > 0;
+  watchdog.start();
   const result = streamText({
-    model: request.model,
+    model: withBoundedRetries(request.model),
     system: request.system,
     messages: request.messages,
-    ...(hasTools ? { tools: request.tools, stopWhen: stepCountIs(MAX_STEPS) } : {}),
+    ...(hasTools
+      ? { tools: pausingWatchdog(request.tools, watchdog), stopWhen: stepCountIs(MAX_STEPS) }
+      : {}),
+    // Retried by withBoundedRetries: a failing provider is reported within seconds.
+    maxRetries: 0,
     abortSignal: signal,
     // Errors arrive as `error` parts below; the default handler would only log them to the console.
     onError: () => {},
@@ -51,6 +66,7 @@ export async function runModel(request: ModelRunRequest): Promise<ModelRunResult
   let usage: Usage = { inputTokens: 0, outputTokens: 0 };
   try {
     for await (const part of result.fullStream) {
+      watchdog.touch();
       switch (part.type) {
         case 'text-delta':
           if (part.text === '') break;
@@ -81,7 +97,16 @@ export async function runModel(request: ModelRunRequest): Promise<ModelRunResult
       }
     }
   } catch (error) {
-    throw generationError(error, timeout.aborted);
+    if (idle.signal.aborted) {
+      throw new ApiError(
+        500,
+        'generation_timed_out',
+        `The model did not respond for ${Math.round(request.idleMs / 1000)} s`,
+      );
+    }
+    throw generationError(error, deadline?.aborted === true);
+  } finally {
+    watchdog.stop();
   }
   if (text.trim() === '') {
     throw new ApiError(500, 'generation_failed', 'The model returned no content for the artifact');

@@ -180,7 +180,10 @@ export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
       // Fire-and-forget (spec 4.2): the same checks, then the request and its job are stored; 200.
       if (request.body.fire_and_forget === true) return acceptGeneration(ctx, app.deps.jobs, input);
       const prepared = await prepareGeneration(ctx, input);
-      const result = await runGeneration(ctx, prepared, { families: deps.toolFamilies });
+      const result = await runGeneration(ctx, prepared, {
+        families: deps.toolFamilies,
+        deadlineMs: deps.config.replyTimeoutMs,
+      });
       reply.status(201);
       return present(result);
     },
@@ -239,7 +242,12 @@ export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const input = refineInput(request.params, request.body);
       if (request.body.fire_and_forget === true) return acceptRefinement(ctx, app.deps.jobs, input);
       const prepared = await prepareRefinement(ctx, input);
-      return present(await runRefinement(ctx, prepared, { families: deps.toolFamilies }));
+      return present(
+        await runRefinement(ctx, prepared, {
+          families: deps.toolFamilies,
+          deadlineMs: deps.config.replyTimeoutMs,
+        }),
+      );
     },
   );
 

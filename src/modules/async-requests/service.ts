@@ -248,7 +248,12 @@ export async function runAsyncRequest(deps: AppDeps, requestId: string, log: Fas
   );
   const controller = new AbortController();
   const stopWatching = watchForCancel(deps, row.id, controller);
-  const options = { families: deps.toolFamilies, signal: controller.signal };
+  // Bounded like a blocking request: the job itself expires a little after REPLY_TIMEOUT_MS.
+  const options = {
+    families: deps.toolFamilies,
+    signal: controller.signal,
+    deadlineMs: deps.config.replyTimeoutMs,
+  };
   let artifactId: number;
   try {
     if (row.kind === 'generate') {

@@ -36,7 +36,7 @@ export async function messageRoutes(parent: FastifyInstance): Promise<void> {
       if (request.idempotencyStream) {
         await reattachStream(
           reply,
-          deps.streams,
+          deps,
           request.idempotencyStream,
           undefined,
           request.idempotencyStreamAfter,
@@ -45,9 +45,7 @@ export async function messageRoutes(parent: FastifyInstance): Promise<void> {
       }
       const plan = await prepareTurn(ctx, request.params.id);
       if (stream) {
-        await streamTurn(request, reply, deps, () => deps.turns.begin(ctx, plan, content), {
-          replyTimeoutMs,
-        });
+        await streamTurn(request, reply, deps, () => deps.turns.begin(ctx, plan, content), {});
         return reply;
       }
       const turn = await deps.turns.begin(ctx, plan, content);

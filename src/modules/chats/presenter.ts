@@ -27,10 +27,17 @@ export const presentToolExecution = (row: ToolExecutionRow): ToolExecutionView =
   execution_time_ms: row.executionTimeMs,
 });
 
+/** The message's state as clients read it; a legacy row stopped by a shutdown counts as failed. */
+function messageStatus(row: MessageRow): MessageView['status'] {
+  if (row.status === 'cancelled') return row.error === null ? 'cancelled' : 'failed';
+  return row.status === 'failed' ? 'failed' : 'completed';
+}
+
 /**
- * Spec fields, then two additions on assistant messages: `usage` (tokens the model reported over
- * every step, and the credits charged for them, as in the ledger) and `cancelled: true` on a reply
- * a cancel request stopped.
+ * Spec fields, then additions: `status` (`completed`, `cancelled`, or `failed` on both messages of
+ * a turn that failed), and on assistant messages `usage` (tokens the model reported over every
+ * step, and the credits charged for them, as in the ledger) and `cancelled: true` on a reply a
+ * cancel request stopped.
  */
 export const presentMessage = (row: MessageRow, executions: ToolExecutionRow[] = []): MessageView => ({
   id: row.id,
@@ -39,6 +46,7 @@ export const presentMessage = (row: MessageRow, executions: ToolExecutionRow[] =
   model: row.role === 'user' ? null : row.model,
   created_at: formatTimestamp(row.createdAt),
   tool_executions: executions.map(presentToolExecution),
+  status: messageStatus(row),
   ...(row.role === 'assistant'
     ? {
         usage: {
@@ -48,5 +56,5 @@ export const presentMessage = (row: MessageRow, executions: ToolExecutionRow[] =
         },
       }
     : {}),
-  ...(row.status === 'cancelled' ? { cancelled: true as const } : {}),
+  ...(messageStatus(row) === 'cancelled' ? { cancelled: true as const } : {}),
 });

@@ -40,7 +40,7 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
         // The first request's chat and turn, not new ones.
         await reattachStream(
           reply,
-          deps.streams,
+          deps,
           repeated,
           () => chatOfStream(ctx, repeated),
           request.idempotencyStreamAfter,
@@ -60,7 +60,7 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
           reply,
           deps,
           () => deps.turns.begin(ctx, plan, content, { announceChat: view }),
-          { announceChat: view, replyTimeoutMs },
+          { announceChat: view },
         );
         return reply;
       }

@@ -37,6 +37,10 @@ export const MessageView = Type.Object(
     model: Nullable(Type.String({ description: 'The model name; null for user messages' })),
     created_at: Timestamp,
     tool_executions: Type.Array(ToolExecutionView),
+    status: Type.Union([Type.Literal('completed'), Type.Literal('cancelled'), Type.Literal('failed')], {
+      description:
+        '`completed`; `cancelled` for a reply stopped by POST /chats/:id/cancel; `failed` on both messages of a turn that failed (a model or tool error, the database or the server going away): the reply holds what was generated, and the message was not answered',
+    }),
     usage: Type.Optional(MessageUsage),
     cancelled: Type.Optional(
       Type.Literal(true, {

@@ -43,14 +43,20 @@ const ownedBy = (principal: OrgPrincipal) =>
   );
 
 /**
- * History: finished messages, and replies a cancel request stopped (status `cancelled` without an
- * error). A failed turn's messages, and those of a turn the server cancelled on shutdown (which
- * carry the reason in `error`), are kept for audit, never shown.
+ * What the model is given as the conversation: finished messages, and replies a cancel request
+ * stopped (status `cancelled` without an error). A failed turn's messages never reach the model.
  */
-const visibleMessage = or(
+const conversationMessage = or(
   eq(chatMessages.status, 'completed'),
   and(eq(chatMessages.role, 'assistant'), eq(chatMessages.status, 'cancelled'), isNull(chatMessages.error)),
 );
+
+/**
+ * History (and `message_count`): the conversation, plus both messages of each failed turn, shown
+ * with `status: "failed"` so the user can tell their message was not answered (docs/decisions.md).
+ * A reply still generating is not history yet.
+ */
+const historyMessage = or(conversationMessage, eq(chatMessages.status, 'failed'));
 
 export async function findChat(
   ctx: Pick<ServiceContext, 'db' | 'principal'>,
@@ -137,7 +143,7 @@ export async function messageCount(db: Queryable, chatId: number): Promise<numbe
   const [{ total }] = await db
     .select({ total: count() })
     .from(chatMessages)
-    .where(and(eq(chatMessages.chatId, chatId), visibleMessage));
+    .where(and(eq(chatMessages.chatId, chatId), historyMessage));
   return total;
 }
 
@@ -179,7 +185,7 @@ export async function messageView(db: Queryable, messageId: number): Promise<Mes
 
 /** History, oldest first. */
 export async function listMessages(ctx: ServiceContext, chatId: number, query: PageQuery) {
-  const where = and(eq(chatMessages.chatId, chatId), visibleMessage);
+  const where = and(eq(chatMessages.chatId, chatId), historyMessage);
   // The ownership check runs alongside the page: nothing is returned unless it passes (404).
   const [owned, page, counted] = await Promise.allSettled([
     findChat(ctx, chatId),
@@ -203,7 +209,7 @@ export async function conversationOf(db: Queryable, chatId: number, limit: numbe
   const rows = await db
     .select()
     .from(chatMessages)
-    .where(and(eq(chatMessages.chatId, chatId), visibleMessage))
+    .where(and(eq(chatMessages.chatId, chatId), conversationMessage))
     .orderBy(desc(chatMessages.id))
     .limit(limit);
   return rows.reverse();

@@ -6,7 +6,7 @@ import { badRequest } from '../../http/errors.js';
 import { IdParams, ok, v2Responses } from '../../http/schemas.js';
 import { SseStream } from '../../http/sse.js';
 import { ChatStreamEvents, eventList } from '../../streams/protocol.js';
-import { awaitCancelledTurn, requestTurnCancel } from '../../turns/cancel.js';
+import { awaitCancelledTurn, CANCEL_ANSWER_MS, requestTurnCancel } from '../../turns/cancel.js';
 import { turnStreamKey } from '../../turns/events.js';
 import { attachableTurn, REATTACH_WINDOW_MINUTES } from '../../turns/reattach.js';
 import { MessageCreated } from './schemas.js';
@@ -54,7 +54,7 @@ export async function streamRoutes(parent: FastifyInstance): Promise<void> {
         operationId: 'streamChat',
         tags,
         summary: "Reattach to the chat's turn stream",
-        description: `Streams the chat's turn in progress, or its last one for ${REATTACH_WINDOW_MINUTES} minutes after it ended: from its first event, or after the \`Last-Event-ID\` header or \`?after=\`, then live until \`done\` or \`error\`. Works from any server process. 204 when there is nothing to attach to (no turn, or every event already received).`,
+        description: `Streams the chat's turn in progress, or its last one for ${REATTACH_WINDOW_MINUTES} minutes after it ended: from its first event, or after the \`Last-Event-ID\` header or \`?after=\`, then live until \`done\` or \`error\`. Works from any server process. A turn whose server stopped before its end (its lease ran out, or it is known dead) ends with an \`error\` event (code 500, the turn was interrupted) after its stored events. 204 when there is nothing to attach to (no turn, or every event already received).`,
         params: IdParams,
         querystring: StreamQuery,
         response: {
@@ -69,12 +69,17 @@ export async function streamRoutes(parent: FastifyInstance): Promise<void> {
       const after = resumePoint(request, request.query.after);
       const turn = await attachableTurn(ctx.db, chat.id);
       const state = turn ? await streams.describe(turnStreamKey(turn.id)) : null;
-      const nothingLeft = !state || (state.ended && state.lastSeq <= after);
-      if (!turn || (!turn.running && nothingLeft)) {
+      // Nothing to attach to: no turn, every event already received, or a finished turn whose
+      // events are gone. A turn that died is attached to: its stored events, then `error`.
+      const nothingLeft =
+        !turn ||
+        (state?.ended === true && state.lastSeq <= after) ||
+        (!turn.running && !state && !(await turns.isDead(turn.id)));
+      if (!turn || nothingLeft) {
         reply.status(204).send(null);
         return reply;
       }
-      await relayTurn(new SseStream(reply), streams, turn.id, after, {
+      await relayTurn(new SseStream(reply), app.deps, turn.id, after, {
         lostEvent: () => lostTurnEvent(),
       });
       return reply;
@@ -89,7 +94,7 @@ export async function streamRoutes(parent: FastifyInstance): Promise<void> {
         tags,
         summary: "Stop the chat's turn in progress",
         description:
-          "Stops the turn whether streaming, blocking or detached, from any server process. The reply generated so far is kept in history with `cancelled: true` (and its `usage`), the turn's stream ends with `done` carrying it, and the chat takes messages again. 409 when no turn is running.",
+          "Stops the turn whether streaming, blocking or detached, from any server process. The reply generated so far is kept in history with `cancelled: true` (and its `usage`), the turn's stream ends with `done` carrying it, and the chat takes messages again. A turn whose server does not answer within 3 s (it died) is recorded as cancelled by this request, with the reply as far as it was streamed. 409 when no turn is running.",
         params: IdParams,
         response: v2Responses({ 200: ok(MessageCreated) }),
       },
@@ -98,8 +103,13 @@ export async function streamRoutes(parent: FastifyInstance): Promise<void> {
       const ctx = contextOf(request);
       const chat = await findChat(ctx, request.params.id);
       const turnId = await requestTurnCancel(ctx, chat.id);
-      await turns.cancelAnywhere(turnId);
-      const message = await awaitCancelledTurn(streams, turnId, turns.settings.leaseMs + 5_000);
+      const here = await turns.cancelAnywhere(turnId);
+      const message = await awaitCancelledTurn(ctx.db, streams, turnId, {
+        timeoutMs: turns.settings.leaseMs + 5_000,
+        // A turn running elsewhere whose process does not answer (it died) is recorded by the cancel.
+        answerMs: here ? null : CANCEL_ANSWER_MS,
+        isDead: () => turns.isDead(turnId),
+      });
       return { status: 'ok' as const, response: { message } };
     },
   );

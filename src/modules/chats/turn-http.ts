@@ -9,36 +9,42 @@ import { StreamPublisher } from '../../streams/publisher.js';
 import { type RelayOptions, relayStream } from '../../streams/sse-relay.js';
 import type { StreamHub } from '../../streams/stream-hub.js';
 import { turnIdOfStreamKey, turnStreamKey } from '../../turns/events.js';
+import { TURN_INTERRUPTED_MESSAGE } from '../../turns/failure.js';
 import type { StartedTurn } from '../../turns/runner.js';
 import type { ChatView, MessageView } from './schemas.js';
 
 /** OpenAPI description of the streamed answers; the event list comes from src/streams/protocol.ts. */
 export const STREAM_NOTE = `With \`stream: true\` the answer is HTTP 200 \`text/event-stream\` with the events ${eventList(ChatStreamEvents)} (spec 6.1), each with an \`id:\` line (its sequence number in the turn). A repeat with the same \`Idempotency-Key\` and body reattaches to the same stream from its start.`;
 
-export const LOST_TURN_MESSAGE =
-  'The reply was interrupted: the server running it stopped. Send the message again.';
-
 /** The `error` event of a turn whose process stopped before its end (spec 6.1 shape). */
-export const lostTurnEvent = (chat?: ChatView) => chatError(LOST_TURN_MESSAGE, 500, chat);
+export const lostTurnEvent = (chat?: ChatView) => chatError(TURN_INTERRUPTED_MESSAGE, 500, chat);
 
-/** Relays a turn's events after `afterSeq`, each with its `seq` as the SSE `id:`: the one adapter between a turn and its client. */
+/**
+ * Relays a turn's events after `afterSeq`, each with its `seq` as the SSE `id:`: the one adapter
+ * between a turn and its client. A reader in another process ends with `lostEvent` as soon as the
+ * turn is known dead (TurnRunner.isDead), not only when its stream's liveness lapses.
+ */
 export function relayTurn(
   sse: SseStream,
-  streams: StreamHub,
+  deps: Pick<AppDeps, 'streams' | 'turns'>,
   turnId: number,
   afterSeq: number,
   options: Omit<RelayOptions, 'afterSeq'>,
 ): Promise<void> {
-  return relayStream(sse, (listener) => streams.subscribe(turnStreamKey(turnId), afterSeq, listener), {
-    ...options,
-    afterSeq,
-  });
+  return relayStream(
+    sse,
+    (listener) =>
+      deps.streams.subscribe(turnStreamKey(turnId), afterSeq, listener, {
+        abandoned: () => deps.turns.isDead(turnId),
+      }),
+    { ...options, afterSeq },
+  );
 }
 
 /**
  * A streamed turn (spec 4.1, 6.1). The request was checked already, so the answer is a 200 stream
  * from here on and every failure, including those of starting the turn (402, 409), is an `error`
- * event. Leaving early (client gone, reply timeout) only stops the relay: the turn runs on.
+ * event. A client leaving only stops the relay: the turn runs on.
  *
  * With an Idempotency-Key, the stream is recorded for repeats of the request: the turn's stream,
  * or, for a refusal, a one-event stream (unless a retry should run again: 409, 429, 5xx on a
@@ -47,9 +53,9 @@ export function relayTurn(
 export async function streamTurn(
   request: FastifyRequest,
   reply: FastifyReply,
-  deps: Pick<AppDeps, 'streams'>,
+  deps: Pick<AppDeps, 'streams' | 'turns'>,
   start: () => Promise<StartedTurn>,
-  options: { announceChat?: ChatView; replyTimeoutMs: number },
+  options: { announceChat?: ChatView },
 ): Promise<void> {
   const sse = new SseStream(reply);
   let turn: StartedTurn;
@@ -73,13 +79,9 @@ export async function streamTurn(
   const recorded = setIdempotentStream(request, turnStreamKey(turn.turnId)).catch((err) =>
     reply.log.error({ err }, 'could not record the stream of an idempotent request'),
   );
-  await relayTurn(sse, deps.streams, turn.turnId, 0, {
-    lostEvent: () => lostTurnEvent(options.announceChat),
-    timeout: {
-      ms: options.replyTimeoutMs,
-      event: () => chatError(replyTimeoutMessage(options.replyTimeoutMs), 504, options.announceChat),
-    },
-  });
+  // No reply timeout: a stream stays open until `done` or `error` however long the turn runs (spec
+  // 4.1 and 7.1 limit non-streaming requests only); the turn's idle watchdog ends a silent model.
+  await relayTurn(sse, deps, turn.turnId, 0, { lostEvent: () => lostTurnEvent(options.announceChat) });
   await recorded;
 }
 
@@ -112,7 +114,7 @@ async function recordRefusal(
  */
 export async function reattachStream(
   reply: FastifyReply,
-  streams: StreamHub,
+  deps: Pick<AppDeps, 'streams' | 'turns'>,
   ref: string,
   announceChat?: () => Promise<ChatView | undefined>,
   after = 0,
@@ -122,10 +124,10 @@ export async function reattachStream(
   const turnId = turnIdOfStreamKey(ref);
   const lostEvent = () => lostTurnEvent(chat);
   if (turnId !== null) {
-    await relayTurn(sse, streams, turnId, after, { lostEvent });
+    await relayTurn(sse, deps, turnId, after, { lostEvent });
     return;
   }
-  await relayStream(sse, (listener) => streams.subscribe(ref, after, listener), {
+  await relayStream(sse, (listener) => deps.streams.subscribe(ref, after, listener), {
     lostEvent,
     afterSeq: after,
   });

@@ -41,12 +41,72 @@ const webhookEvents: Record<string, { summary: string; payload: TSchema }> = {
       }),
     }),
   },
+  chat_turn_completed: {
+    summary:
+      'A chat turn ended with a reply (a reply stopped by a cancel request included); project and organization webhooks',
+    payload: Type.Object({
+      event_name: Type.Literal('chat_turn_completed'),
+      event_data: Type.Object({
+        chat_id: Type.Integer(),
+        message_id: Type.Integer({ description: 'The assistant message' }),
+        project_id: Type.Integer(),
+        usage: Type.Object({
+          input_tokens: Type.Integer(),
+          output_tokens: Type.Integer(),
+          credits: Type.Number(),
+        }),
+      }),
+    }),
+  },
+  chat_turn_failed: {
+    summary: 'A chat turn failed (its messages have status failed); project and organization webhooks',
+    payload: Type.Object({
+      event_name: Type.Literal('chat_turn_failed'),
+      event_data: Type.Object({
+        chat_id: Type.Integer(),
+        message_id: Type.Integer({ description: 'The assistant message' }),
+        project_id: Type.Integer(),
+        error: Type.Object({
+          code: Type.String({
+            description:
+              'model_error, model_timeout, database_unavailable, turn_cancelled (server shutdown), turn_interrupted (its server died), ...',
+          }),
+          message: Type.String({ description: "For people; never the model provider's own text" }),
+        }),
+      }),
+    }),
+  },
+  document_processed: {
+    summary: "A document of the organization's knowledge base is searchable; organization webhooks only",
+    payload: Type.Object({
+      event_name: Type.Literal('document_processed'),
+      event_data: Type.Object({
+        document_id: Type.Integer(),
+        name: Type.String(),
+        processing_status: Type.Literal('completed'),
+        error: Type.Null(),
+      }),
+    }),
+  },
+  document_failed: {
+    summary: 'A document could not be processed; organization webhooks only',
+    payload: Type.Object({
+      event_name: Type.Literal('document_failed'),
+      event_data: Type.Object({
+        document_id: Type.Integer(),
+        name: Type.String(),
+        processing_status: Type.Literal('failed'),
+        error: Type.String({ description: "The document's processing_error" }),
+      }),
+    }),
+  },
   webhook_test: {
-    summary: 'Sent by POST /api/v1/projects/:id/webhooks/:webhook_id/test, whatever the subscription',
+    summary:
+      'Sent by POST /api/v1/projects/:id/webhooks/:webhook_id/test (and /api/v1/webhooks/:id/test), whatever the subscription',
     payload: Type.Object({
       event_name: Type.Literal('webhook_test'),
       event_data: Type.Object({
-        project_id: Type.Integer(),
+        project_id: Type.Optional(Type.Integer({ description: 'Absent for an organization webhook' })),
         webhook_id: Type.Integer(),
         message: Type.String(),
       }),
@@ -110,7 +170,7 @@ export function asyncApiDocument(publicBaseUrl: string) {
     channels: {
       chatStream: channel(
         '/api/v2/chats/{chat_id}/stream',
-        "POST /api/v2/chats and POST /api/v2/chats/:id/messages with stream: true, and GET /api/v2/chats/:id/stream to reattach (after the `Last-Event-ID` header or `?after=`, from any server process). `id:` counts the turn's events from 1; an event the server adds itself (a 504 reply timeout, or an `error` for a turn whose process stopped) repeats the last id delivered. A POST repeated with the same `Idempotency-Key` and body replays the same stream from its start.",
+        "POST /api/v2/chats and POST /api/v2/chats/:id/messages with stream: true, and GET /api/v2/chats/:id/stream to reattach (after the `Last-Event-ID` header or `?after=`, from any server process). `id:` counts the turn's events from 1; an event the server adds itself (an `error` for a turn whose process stopped) repeats the last id delivered. A POST repeated with the same `Idempotency-Key` and body replays the same stream from its start.",
         'chat',
         chatEvents,
       ),
@@ -122,7 +182,7 @@ export function asyncApiDocument(publicBaseUrl: string) {
       ),
       webhooks: channel(
         '/webhook-receiver',
-        "POSTed to each project webhook's URL; headers webhook-id, webhook-timestamp, webhook-signature.",
+        "POSTed to each subscribed webhook's URL (project webhooks: that project's events; organization webhooks, /api/v1/webhooks: every project's and the organization's own); headers webhook-id, webhook-timestamp, webhook-signature.",
         'webhook',
         webhookEvents,
       ),

@@ -1,18 +1,28 @@
 import { type Static, Type } from '@sinclair/typebox';
 import type { WebhookEventName } from '../../db/schema/index.js';
 import { Pagination } from '../../http/pagination.js';
-import { Id, Timestamp } from '../../http/schemas.js';
+import { Id, Nullable, Timestamp } from '../../http/schemas.js';
 
+/** What a project webhook may select: the events of one project. */
 export const WEBHOOK_EVENTS: readonly WebhookEventName[] = [
   'artifact_generated',
   'artifact_refined',
   'artifact_generation_failed',
+  'chat_turn_completed',
+  'chat_turn_failed',
+];
+
+/** What an organization webhook may select: every event, the organization's own (documents) too. */
+export const ORGANIZATION_WEBHOOK_EVENTS: readonly WebhookEventName[] = [
+  ...WEBHOOK_EVENTS,
+  'document_processed',
+  'document_failed',
 ];
 
 export const Webhook = Type.Object(
   {
     id: Type.Integer(),
-    project_id: Type.Integer(),
+    project_id: Nullable(Type.Integer({ description: 'null for an organization webhook (every project)' })),
     url: Type.String(),
     events: Type.Array(Type.String()),
     created_at: Timestamp,
@@ -44,12 +54,14 @@ export const CreateWebhookBody = Type.Object(
     events: Type.Array(Type.String(), {
       minItems: 1,
       maxItems: 10,
-      description: `Any of: ${WEBHOOK_EVENTS.join(', ')}`,
+      description: `Project webhooks: any of ${WEBHOOK_EVENTS.join(', ')}. Organization webhooks: any of ${ORGANIZATION_WEBHOOK_EVENTS.join(', ')}`,
     }),
   },
   { title: 'CreateWebhookBody' },
 );
 export type CreateWebhookBody = Static<typeof CreateWebhookBody>;
+
+export const OrganizationWebhookParams = Type.Object({ id: Id() });
 
 export const WebhookParams = Type.Object({ id: Id(), webhook_id: Id() });
 

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { and, count, eq } from 'drizzle-orm';
+import { and, count, eq, isNull } from 'drizzle-orm';
 import type { ServiceContext } from '../../core/context.js';
 import { projectWebhooks, type WebhookEventName } from '../../db/schema/index.js';
 import { notFound, unprocessable } from '../../http/errors.js';
@@ -7,7 +7,7 @@ import { offsetOf, type PageQuery } from '../../http/pagination.js';
 import { checkOutboundUrl, OutboundUrlError } from '../../net/outbound.js';
 import { findProjectFor } from '../../policies/projects.js';
 import { requireAdmin } from '../../policies/roles.js';
-import { type CreateWebhookBody, WEBHOOK_EVENTS } from './schemas.js';
+import { type CreateWebhookBody, ORGANIZATION_WEBHOOK_EVENTS, WEBHOOK_EVENTS } from './schemas.js';
 
 /** Standard Webhooks secret format: `whsec_` + base64 of random bytes (32 here; the spec allows 24-64). */
 export const newWebhookSecret = () => `whsec_${randomBytes(32).toString('base64')}`;
@@ -50,7 +50,11 @@ export async function getWebhook(ctx: ServiceContext, projectId: number, webhook
   return row;
 }
 
-function checkBody(ctx: ServiceContext, body: CreateWebhookBody) {
+function checkBody(
+  ctx: ServiceContext,
+  body: CreateWebhookBody,
+  allowed: readonly WebhookEventName[] = WEBHOOK_EVENTS,
+) {
   const details: Record<string, string[]> = {};
   try {
     checkOutboundUrl(body.url, ctx.config.outboundAllowPrivate);
@@ -58,9 +62,9 @@ function checkBody(ctx: ServiceContext, body: CreateWebhookBody) {
     if (!(error instanceof OutboundUrlError)) throw error;
     details.url = [error.message];
   }
-  const unknown = body.events.filter((e) => !(WEBHOOK_EVENTS as readonly string[]).includes(e));
+  const unknown = body.events.filter((e) => !(allowed as readonly string[]).includes(e));
   if (unknown.length > 0) {
-    details.events = [`unknown: ${unknown.join(', ')}; allowed: ${WEBHOOK_EVENTS.join(', ')}`];
+    details.events = [`unknown: ${unknown.join(', ')}; allowed: ${allowed.join(', ')}`];
   }
   if (Object.keys(details).length > 0) {
     throw unprocessable(
@@ -70,7 +74,7 @@ function checkBody(ctx: ServiceContext, body: CreateWebhookBody) {
       details,
     );
   }
-  return WEBHOOK_EVENTS.filter((e) => body.events.includes(e)) as WebhookEventName[];
+  return allowed.filter((e) => body.events.includes(e)) as WebhookEventName[];
 }
 
 /** The secret is returned here once; it is stored encrypted because deliveries sign with it. */
@@ -99,6 +103,64 @@ export async function deleteWebhook(ctx: ServiceContext, projectId: number, webh
   const [row] = await ctx.db
     .delete(projectWebhooks)
     .where(and(ofProject(ctx, projectId), eq(projectWebhooks.id, webhookId)))
+    .returning({ id: projectWebhooks.id });
+  if (!row) throw notFound('Webhook');
+}
+
+// ---- organization webhooks: every project's events, and the organization's own (documents)
+
+const ofOrganization = (ctx: ServiceContext) =>
+  and(eq(projectWebhooks.organizationId, ctx.principal.organizationId), isNull(projectWebhooks.projectId))!;
+
+/** Organization webhooks see every project's events: reading them is for admins, as writing is. */
+export async function listOrganizationWebhooks(ctx: ServiceContext, page: PageQuery) {
+  requireAdmin(ctx.principal);
+  const where = ofOrganization(ctx);
+  const [rows, [{ total }]] = await Promise.all([
+    ctx.db
+      .select()
+      .from(projectWebhooks)
+      .where(where)
+      .orderBy(projectWebhooks.id)
+      .limit(page.page_size)
+      .offset(offsetOf(page)),
+    ctx.db.select({ total: count() }).from(projectWebhooks).where(where),
+  ]);
+  return { rows, total };
+}
+
+export async function getOrganizationWebhook(ctx: ServiceContext, webhookId: number) {
+  requireAdmin(ctx.principal);
+  const [row] = await ctx.db
+    .select()
+    .from(projectWebhooks)
+    .where(and(ofOrganization(ctx), eq(projectWebhooks.id, webhookId)));
+  if (!row) throw notFound('Webhook');
+  return row;
+}
+
+export async function createOrganizationWebhook(ctx: ServiceContext, body: CreateWebhookBody) {
+  requireAdmin(ctx.principal);
+  const events = checkBody(ctx, body, ORGANIZATION_WEBHOOK_EVENTS);
+  const secret = newWebhookSecret();
+  const [row] = await ctx.db
+    .insert(projectWebhooks)
+    .values({
+      organizationId: ctx.principal.organizationId,
+      projectId: null,
+      url: body.url,
+      events,
+      secretEncrypted: ctx.secrets.encrypt(secret),
+    })
+    .returning();
+  return { row, secret };
+}
+
+export async function deleteOrganizationWebhook(ctx: ServiceContext, webhookId: number) {
+  requireAdmin(ctx.principal);
+  const [row] = await ctx.db
+    .delete(projectWebhooks)
+    .where(and(ofOrganization(ctx), eq(projectWebhooks.id, webhookId)))
     .returning({ id: projectWebhooks.id });
   if (!row) throw notFound('Webhook');
 }

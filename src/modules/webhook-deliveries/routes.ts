@@ -3,7 +3,14 @@ import { contextOf } from '../../http/context.js';
 import { PageQuery, pagination } from '../../http/pagination.js';
 import { v1Responses } from '../../http/schemas.js';
 import { presentDelivery } from './presenter.js';
-import { DeliveryListResponse, DeliveryParams, DeliveryResponse, WebhookParams } from './schemas.js';
+import {
+  DeliveryListResponse,
+  DeliveryParams,
+  DeliveryResponse,
+  OrganizationDeliveryParams,
+  OrganizationWebhookParams,
+  WebhookParams,
+} from './schemas.js';
 import { listDeliveries, redeliver, sendTestEvent } from './service.js';
 
 const tags = ['Webhooks'];
@@ -66,6 +73,72 @@ export const webhookDeliveryRoutes: FastifyPluginAsyncTypebox = async (app) => {
     async (request) => {
       const { id, webhook_id: webhookId } = request.params;
       const row = await sendTestEvent(contextOf(request), app.deps, id, webhookId);
+      return { delivery: presentDelivery(row) };
+    },
+  );
+
+  // The same for organization webhooks (`/api/v1/webhooks/:id`).
+  app.get(
+    '/webhooks/:id/deliveries',
+    {
+      schema: {
+        operationId: 'listOrganizationWebhookDeliveries',
+        description:
+          'Every attempt to deliver an event to this organization webhook, with the response status or error. Paginated.',
+        tags,
+        summary: "An organization webhook's delivery log, newest first",
+        params: OrganizationWebhookParams,
+        querystring: PageQuery,
+        response: v1Responses({ 200: DeliveryListResponse }),
+      },
+    },
+    async (request) => {
+      const { rows, total } = await listDeliveries(
+        contextOf(request),
+        null,
+        request.params.id,
+        request.query,
+      );
+      return { deliveries: rows.map(presentDelivery), pagination: pagination(request.query, total) };
+    },
+  );
+
+  app.post(
+    '/webhooks/:id/deliveries/:delivery_id/redeliver',
+    {
+      schema: {
+        operationId: 'redeliverOrganizationWebhookDelivery',
+        description:
+          'Schedules the delivery again with the same webhook-id; the attempt runs in the background (202).',
+        tags,
+        summary: 'Send a delivery of an organization webhook again (same webhook-id)',
+        params: OrganizationDeliveryParams,
+        response: v1Responses({ 202: DeliveryResponse }),
+      },
+    },
+    async (request, reply) => {
+      const { id, delivery_id: deliveryId } = request.params;
+      const row = await redeliver(contextOf(request), app.deps.jobs, null, id, deliveryId);
+      reply.status(202);
+      return { delivery: presentDelivery(row) };
+    },
+  );
+
+  app.post(
+    '/webhooks/:id/test',
+    {
+      schema: {
+        operationId: 'testOrganizationWebhook',
+        description:
+          'Sends a signed webhook_test event to the organization webhook at once and answers with the recorded attempt.',
+        tags,
+        summary: 'Send a signed webhook_test event to an organization webhook now and report the attempt',
+        params: OrganizationWebhookParams,
+        response: v1Responses({ 200: DeliveryResponse }),
+      },
+    },
+    async (request) => {
+      const row = await sendTestEvent(contextOf(request), app.deps, null, request.params.id);
       return { delivery: presentDelivery(row) };
     },
   );

@@ -6,13 +6,17 @@ export const WebhookParams = Type.Object({ id: Id(), webhook_id: Id() });
 export type WebhookParams = Static<typeof WebhookParams>;
 
 export const DeliveryParams = Type.Object({ id: Id(), webhook_id: Id(), delivery_id: Id() });
+export const OrganizationWebhookParams = Type.Object({ id: Id() });
+export const OrganizationDeliveryParams = Type.Object({ id: Id(), delivery_id: Id() });
 export type DeliveryParams = Static<typeof DeliveryParams>;
 
 export const WebhookDelivery = Type.Object(
   {
     id: Type.Integer(),
     webhook_id: Type.Integer(),
-    project_id: Type.Integer(),
+    project_id: Nullable(
+      Type.Integer({ description: "The event's project; null for an organization event" }),
+    ),
     event_name: Type.String({
       description: 'artifact_generated, artifact_refined, artifact_generation_failed, or webhook_test',
     }),

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { and, count, desc, eq, sql } from 'drizzle-orm';
+import { and, count, desc, eq, isNull, sql } from 'drizzle-orm';
 import type { ServiceContext } from '../../core/context.js';
 import type { AppDeps } from '../../core/deps.js';
 import { projectWebhooks, type WebhookDeliveryRow, webhookDeliveries } from '../../db/schema/index.js';
@@ -17,17 +17,24 @@ import { requireAdmin } from '../../policies/roles.js';
 
 export const TEST_EVENT_NAME = 'webhook_test';
 
-/** The webhook of a project the key may use; 404 for anything else (never revealing other orgs'). */
-async function findWebhook(ctx: ServiceContext, projectId: number, webhookId: number) {
-  const found = await findProjectFor(ctx.db, ctx.principal, projectId);
-  if (!found?.allowed) throw notFound('Project');
+/** Whose webhook: a project's (its id), or the organization's own (`null`: admins only). */
+export type WebhookOwner = number | null;
+
+/** The webhook of a project the key may use, or an organization webhook; 404 for anything else (never revealing other orgs'). */
+async function findWebhook(ctx: ServiceContext, owner: WebhookOwner, webhookId: number) {
+  if (owner === null) {
+    requireAdmin(ctx.principal);
+  } else {
+    const found = await findProjectFor(ctx.db, ctx.principal, owner);
+    if (!found?.allowed) throw notFound('Project');
+  }
   const [webhook] = await ctx.db
     .select({ id: projectWebhooks.id, projectId: projectWebhooks.projectId })
     .from(projectWebhooks)
     .where(
       and(
         eq(projectWebhooks.id, webhookId),
-        eq(projectWebhooks.projectId, projectId),
+        owner === null ? isNull(projectWebhooks.projectId) : eq(projectWebhooks.projectId, owner),
         eq(projectWebhooks.organizationId, ctx.principal.organizationId),
       ),
     );
@@ -57,7 +64,7 @@ async function deliveryById(
 /** Newest first: the log answers "what happened lately". */
 export async function listDeliveries(
   ctx: ServiceContext,
-  projectId: number,
+  projectId: WebhookOwner,
   webhookId: number,
   page: PageQuery,
 ) {
@@ -83,7 +90,7 @@ export async function listDeliveries(
 export async function redeliver(
   ctx: ServiceContext,
   jobs: AppDeps['jobs'],
-  projectId: number,
+  projectId: WebhookOwner,
   webhookId: number,
   deliveryId: number,
 ): Promise<WebhookDeliveryRow> {
@@ -118,7 +125,7 @@ export async function redeliver(
 export async function sendTestEvent(
   ctx: ServiceContext,
   deps: AppDeps,
-  projectId: number,
+  projectId: WebhookOwner,
   webhookId: number,
 ): Promise<WebhookDeliveryRow> {
   requireAdmin(ctx.principal);
@@ -134,7 +141,7 @@ export async function sendTestEvent(
         messageId: messageIdOf(randomUUID()),
         eventName: TEST_EVENT_NAME,
         eventData: {
-          project_id: webhook.projectId,
+          ...(webhook.projectId === null ? {} : { project_id: webhook.projectId }),
           webhook_id: webhook.id,
           message: 'A test event from Scriptorium: the signature and your endpoint work.',
         },

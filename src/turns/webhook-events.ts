@@ -1,0 +1,53 @@
+import type { Queryable } from '../db/client.js';
+import { recordEventIfSubscribed } from '../jobs/outbox.js';
+
+export interface TurnRef {
+  organizationId: number;
+  projectId: number;
+  chatId: number;
+  /** The assistant message (the reply). */
+  messageId: number;
+}
+
+/**
+ * `chat_turn_completed`, in the transaction that records the turn's end: a turn that ended with a
+ * reply (a cancel request's partial reply included), with what it cost.
+ */
+export function recordTurnCompleted(
+  tx: Queryable,
+  turn: TurnRef,
+  usage: { inputTokens: number; outputTokens: number; credits: number },
+) {
+  return recordEventIfSubscribed(tx, {
+    organizationId: turn.organizationId,
+    projectId: turn.projectId,
+    eventName: 'chat_turn_completed',
+    eventData: {
+      chat_id: turn.chatId,
+      message_id: turn.messageId,
+      project_id: turn.projectId,
+      usage: { input_tokens: usage.inputTokens, output_tokens: usage.outputTokens, credits: usage.credits },
+    },
+  });
+}
+
+/**
+ * `chat_turn_failed`: `code` is the stable identifier of the `error` event's cause (`model_error`,
+ * `model_timeout`, `database_unavailable`, `turn_cancelled` on shutdown, `turn_interrupted`). A
+ * provider's own text never leaves in a webhook: model errors get a generic message.
+ */
+export function recordTurnFailed(tx: Queryable, turn: TurnRef, error: { code: string; message: string }) {
+  const message =
+    error.code === 'model_error' ? 'The model provider failed while generating the reply' : error.message;
+  return recordEventIfSubscribed(tx, {
+    organizationId: turn.organizationId,
+    projectId: turn.projectId,
+    eventName: 'chat_turn_failed',
+    eventData: {
+      chat_id: turn.chatId,
+      message_id: turn.messageId,
+      project_id: turn.projectId,
+      error: { code: error.code, message },
+    },
+  });
+}
