@@ -66,6 +66,7 @@ describe('integrations tool family', () => {
       models: t.deps.models,
       mcp: t.deps.mcp,
       vectors: t.deps.vectors,
+      requestId: null,
       principal: {
         kind: 'organization',
         keyId: 0,

@@ -25,6 +25,8 @@ export interface ServiceContext extends ServiceResources {
   db: Db;
   principal: OrgPrincipal;
   log: FastifyBaseLogger;
+  /** The request being served (`x-request-id`), named in audit records; null in background jobs. */
+  requestId: string | null;
 }
 
 /** A service context acting for `principal` (from a request, or restored by a background job). */
@@ -32,7 +34,8 @@ export function serviceContext(
   resources: ServiceResources,
   principal: OrgPrincipal,
   log: FastifyBaseLogger,
+  requestId: string | null = null,
 ): ServiceContext {
   const { config, database, secrets, models, mcp, vectors } = resources;
-  return { db: database.db, database, config, secrets, models, mcp, vectors, principal, log };
+  return { db: database.db, database, config, secrets, models, mcp, vectors, principal, log, requestId };
 }
