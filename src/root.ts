@@ -4,13 +4,14 @@ import type { Config } from './config.js';
 import type { AppDeps } from './core/deps.js';
 import { createSecretBox, resolveSecret, type SecretBox } from './crypto/secret-box.js';
 import { type Database, migrateDatabase, openDatabase } from './db/client.js';
-import { createJobQueue, type JobQueue, type JobQueueOptions } from './jobs/queue.js';
+import { createJobQueue, type JobQueue, type JobQueueOptions, jobQueueDepth } from './jobs/queue.js';
 import { VectorStore } from './knowledge/vector-store.js';
 import { ModelCache } from './llm/model-cache.js';
 import { toolFamilies as allToolFamilies } from './llm/tools/index.js';
 import type { ToolFamilies } from './llm/tools/registry.js';
 import { DEFAULT_MCP_POOL_OPTIONS, McpPool } from './mcp/client-pool.js';
 import { StreamHub, type StreamHubOptions } from './streams/stream-hub.js';
+import { ServiceMetrics } from './telemetry/metrics.js';
 import { DEFAULT_TURN_SETTINGS, TurnRunner, type TurnSettings } from './turns/runner.js';
 
 /**
@@ -84,6 +85,7 @@ export async function createRoot(config: Config, options: RootOptions = {}): Pro
       secrets = createSecretBox(secret.secret);
     }
 
+    const metrics = new ServiceMetrics({ queueDepth: () => jobQueueDepth(database) });
     const models = new ModelCache(secrets);
     owned('models', () => models.close());
     const vectors = new VectorStore(database, log);
@@ -129,6 +131,7 @@ export async function createRoot(config: Config, options: RootOptions = {}): Pro
       mcp,
       models,
       vectors,
+      metrics,
       toolFamilies: families,
       turns,
       close,

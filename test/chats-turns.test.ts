@@ -15,6 +15,7 @@ import {
 } from '../src/db/schema/index.js';
 import {
   addModel,
+  asInHistory,
   balanceOf,
   type ChatTestApp,
   eventNames,
@@ -106,7 +107,7 @@ describe('chat turns against a model server', () => {
       );
       const done = res.events[5].data;
       expect(Object.keys(done)).toEqual(['message']);
-      expectMessageShape(done.message, 'assistant');
+      expectMessageShape(done.message, 'assistant', true);
       expect(done.message).toMatchObject({
         content: 'Hello, world!',
         model: 'local-llama',
@@ -114,7 +115,7 @@ describe('chat turns against a model server', () => {
       });
       expect(done.message.content).toBe(streamedText(res.events));
       const history = await historyOf(t, org, chat.id);
-      expect(history.at(-1)).toEqual(done.message);
+      expect(history.at(-1)).toEqual(asInHistory(done.message));
       expect(history.at(-2)).toMatchObject({ role: 'user', content: 'Greet me', model: null });
     });
 

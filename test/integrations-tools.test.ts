@@ -66,6 +66,7 @@ describe('integrations tool family', () => {
       models: t.deps.models,
       mcp: t.deps.mcp,
       vectors: t.deps.vectors,
+      metrics: t.deps.metrics,
       requestId: null,
       principal: {
         kind: 'organization',

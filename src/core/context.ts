@@ -5,6 +5,7 @@ import type { Database, Db } from '../db/client.js';
 import type { VectorStore } from '../knowledge/vector-store.js';
 import type { ModelCache } from '../llm/model-cache.js';
 import type { McpPool } from '../mcp/client-pool.js';
+import type { ServiceMetrics } from '../telemetry/metrics.js';
 import type { OrgPrincipal } from './principal.js';
 
 /** The process's resources a service may use, built once by the composition root (src/root.ts). */
@@ -18,6 +19,8 @@ export interface ServiceResources {
   mcp: McpPool;
   /** pgvector storage for document embeddings (when the database has the extension). */
   vectors: VectorStore;
+  /** The process's Prometheus instruments (served at /metrics). */
+  metrics: ServiceMetrics;
 }
 
 /** What a service receives: never a request or reply, never a global. */
@@ -36,6 +39,18 @@ export function serviceContext(
   log: FastifyBaseLogger,
   requestId: string | null = null,
 ): ServiceContext {
-  const { config, database, secrets, models, mcp, vectors } = resources;
-  return { db: database.db, database, config, secrets, models, mcp, vectors, principal, log, requestId };
+  const { config, database, secrets, models, mcp, vectors, metrics } = resources;
+  return {
+    db: database.db,
+    database,
+    config,
+    secrets,
+    models,
+    mcp,
+    vectors,
+    metrics,
+    principal,
+    log,
+    requestId,
+  };
 }

@@ -1,6 +1,7 @@
 import { createRequire } from 'node:module';
 import PgBoss from 'pg-boss';
 import type { Database, Queryable } from '../db/client.js';
+import type { QueueDepthRow } from '../telemetry/metrics.js';
 
 /** The pg-boss schema in the service's database. */
 export const JOB_SCHEMA = 'pgboss';
@@ -310,4 +311,13 @@ export async function createJobQueue(database: Database, options: JobQueueOption
       await executor.drain(2000);
     },
   };
+}
+
+/** Jobs waiting (created, retry) or running (active) per queue, for the /metrics gauge. */
+export async function jobQueueDepth(database: Database): Promise<QueueDepthRow[]> {
+  const { rows } = await database.query<QueueDepthRow>(
+    `select name as queue, state::text as state, count(*)::int as count from ${JOB_SCHEMA}.job
+      where state in ('created', 'retry', 'active') group by 1, 2`,
+  );
+  return rows;
 }

@@ -4,6 +4,7 @@ import type { Config } from '../config.js';
 import type { SecretBox } from '../crypto/secret-box.js';
 import type { Database, Queryable } from '../db/client.js';
 import { projectWebhooks, webhookDeliveries } from '../db/schema/index.js';
+import type { ServiceMetrics, WebhookOutcomeLabel } from '../telemetry/metrics.js';
 import type { JobQueue } from './queue.js';
 import { type PostOutcome, postWebhook } from './webhook-http.js';
 
@@ -27,6 +28,7 @@ export interface DeliveryDeps {
   database: Database;
   secrets: SecretBox;
   jobs: JobQueue;
+  metrics: ServiceMetrics;
 }
 
 export interface DeliverJob {
@@ -176,7 +178,7 @@ async function send(deps: DeliveryDeps, claim: Extract<Claim, { kind: 'attempt' 
 }
 
 async function recordOutcome(deps: DeliveryDeps, job: DeliverJob, outcome: PostOutcome) {
-  await deps.database.db.transaction(async (tx) => {
+  const recorded = await deps.database.db.transaction(async (tx): Promise<WebhookOutcomeLabel | null> => {
     const [row] = await tx
       .select({
         seq: webhookDeliveries.scheduleSeq,
@@ -186,7 +188,7 @@ async function recordOutcome(deps: DeliveryDeps, job: DeliverJob, outcome: PostO
       .from(webhookDeliveries)
       .where(eq(webhookDeliveries.id, job.deliveryId))
       .for('update');
-    if (!row) return;
+    if (!row) return null;
     const attempt = {
       attemptCount: sql`${webhookDeliveries.attemptCount} + 1`,
       lastStatusCode: outcome.statusCode,
@@ -201,12 +203,12 @@ async function recordOutcome(deps: DeliveryDeps, job: DeliverJob, outcome: PostO
         .update(webhookDeliveries)
         .set({ ...attempt, status: 'delivered', deliveredAt: sql`now()`, nextAttemptAt: null })
         .where(where);
-      return;
+      return 'delivered';
     }
     // Redelivered while this attempt ran: the newer schedule owns the next attempt.
     if (row.seq !== job.seq || row.status !== 'pending') {
       await tx.update(webhookDeliveries).set(attempt).where(where);
-      return;
+      return 'superseded';
     }
     const delayMs = retryDelayMs(row.attemptCount + 1, deps.config.webhookRetryBaseMs);
     const delay = sql`make_interval(secs => ${delayMs / 1000})`;
@@ -222,6 +224,9 @@ async function recordOutcome(deps: DeliveryDeps, job: DeliverJob, outcome: PostO
       .returning({ status: webhookDeliveries.status, seq: webhookDeliveries.scheduleSeq });
     if (next.status === 'pending') {
       await scheduleAttempt(deps.jobs, { deliveryId: job.deliveryId, seq: next.seq }, { db: tx, delayMs });
+      return 'retrying';
     }
+    return 'failed';
   });
+  if (recorded) deps.metrics.webhookAttempt(recorded);
 }

@@ -14,6 +14,8 @@ import { ensureCredits, type Usage } from '../modules/credits/service.js';
 import { chatDone, chatError, type TurnEvent } from '../streams/protocol.js';
 import { StreamPublisher } from '../streams/publisher.js';
 import type { StreamHub } from '../streams/stream-hub.js';
+import type { TurnOutcomeLabel } from '../telemetry/metrics.js';
+import { TurnTiming } from '../telemetry/turn-timing.js';
 import { turnStreamKey } from './events.js';
 import { describeFailure, TurnCancelled, TurnFailure } from './failure.js';
 import { finishTurn, type TurnEnd } from './finish.js';
@@ -50,9 +52,10 @@ export const DEFAULT_TURN_SETTINGS: TurnSettings = {
 export const DEFAULT_CHAT_TOOLS: AgentTool[] = ['knowledge', 'integrations'];
 
 /** `completed` also covers a reply stopped by a cancel request (its message has `cancelled: true`). */
-export type TurnOutcome =
+export type TurnOutcome = (
   | { status: 'completed'; message: MessageView }
-  | { status: 'failed'; error: ApiError };
+  | { status: 'failed'; error: ApiError }
+) & { timing: TurnTiming };
 
 export interface StartedTurn {
   turnId: number;
@@ -65,6 +68,8 @@ export interface StartedTurn {
 export interface TurnOptions {
   /** On POST /chats: the new chat, added to the `done` and `error` events (spec 6.1). */
   announceChat?: ChatView;
+  /** When the request arrived (`requestArrival`), so the turn's timing counts from it. */
+  arrivedAt?: number;
 }
 
 /** Cancel requests for turns running in another process arrive on this channel (payload: the turn id). */
@@ -129,60 +134,66 @@ export class TurnRunner {
   ): Promise<StartedTurn> {
     const { principal } = ctx;
     const { db } = this.deps.database;
+    const timing = new TurnTiming(options.arrivedAt);
     // Both are reads; waiting for them together keeps one round trip off the first token. The 402
     // still comes before anything is written.
-    const [credits, slash] = await Promise.allSettled([
-      ensureCredits(db, principal.organizationId),
-      expandSlashCommand(db, principal.organizationId, content),
-    ]);
+    const [credits, slash] = await timing.db(
+      Promise.allSettled([
+        ensureCredits(db, principal.organizationId),
+        expandSlashCommand(db, principal.organizationId, content),
+      ]),
+    );
     if (credits.status === 'rejected') throw credits.reason;
     if (slash.status === 'rejected') throw slash.reason;
     const skill = slash.value;
-    const ids = await db.transaction(async (tx) => {
-      // Both messages in one statement, then the lease pointing at them: a refused lease (409)
-      // rolls the messages back with it.
-      const inserted = await tx
-        .insert(chatMessages)
-        .values([
-          {
-            organizationId: principal.organizationId,
-            chatId: plan.chat.id,
-            role: 'user',
-            content,
-            prompt: skill?.prompt ?? null,
-            status: 'completed',
-            completedAt: sql`now()`,
-          },
-          {
-            organizationId: principal.organizationId,
-            chatId: plan.chat.id,
-            role: 'assistant',
-            model: plan.configuration.model,
-            modelConfigurationId: plan.configuration.id,
-            status: 'generating',
-          },
-        ])
-        .returning({ id: chatMessages.id, role: chatMessages.role });
-      const userMessageId = inserted.find((m) => m.role === 'user')!.id;
-      const assistantMessageId = inserted.find((m) => m.role === 'assistant')!.id;
-      const turnId = await acquireTurnLease(tx, {
-        organizationId: principal.organizationId,
-        chatId: plan.chat.id,
-        leaseMs: this.deps.settings.leaseMs,
-        userMessageId,
-        assistantMessageId,
-      });
-      await tx
-        .update(chats)
-        .set({ updatedAt: sql`now()`, title: sql`coalesce(${chats.title}, ${titleFrom(content)})` })
-        .where(eq(chats.id, plan.chat.id));
-      return { turnId, userMessageId, assistantMessageId };
-    });
+    const ids = await timing.db(
+      db.transaction(async (tx) => {
+        // Both messages in one statement, then the lease pointing at them: a refused lease (409)
+        // rolls the messages back with it.
+        const inserted = await tx
+          .insert(chatMessages)
+          .values([
+            {
+              organizationId: principal.organizationId,
+              chatId: plan.chat.id,
+              role: 'user',
+              content,
+              prompt: skill?.prompt ?? null,
+              status: 'completed',
+              completedAt: sql`now()`,
+            },
+            {
+              organizationId: principal.organizationId,
+              chatId: plan.chat.id,
+              role: 'assistant',
+              model: plan.configuration.model,
+              modelConfigurationId: plan.configuration.id,
+              status: 'generating',
+            },
+          ])
+          .returning({ id: chatMessages.id, role: chatMessages.role });
+        const userMessageId = inserted.find((m) => m.role === 'user')!.id;
+        const assistantMessageId = inserted.find((m) => m.role === 'assistant')!.id;
+        const turnId = await acquireTurnLease(tx, {
+          organizationId: principal.organizationId,
+          chatId: plan.chat.id,
+          leaseMs: this.deps.settings.leaseMs,
+          userMessageId,
+          assistantMessageId,
+        });
+        await tx
+          .update(chats)
+          .set({ updatedAt: sql`now()`, title: sql`coalesce(${chats.title}, ${titleFrom(content)})` })
+          .where(eq(chats.id, plan.chat.id));
+        return { turnId, userMessageId, assistantMessageId };
+      }),
+    );
+    timing.started();
 
     const abort = new AbortController();
     this.running.set(ids.turnId, abort);
     this.listenForCancels();
-    const outcome = this.run(ctx, plan, ids, options, abort);
+    const outcome = this.run(ctx, plan, ids, options, abort, timing);
     this.inFlight.add(outcome);
     void outcome.finally(() => {
       this.inFlight.delete(outcome);
@@ -225,15 +236,17 @@ export class TurnRunner {
     ids: { turnId: number; userMessageId: number; assistantMessageId: number },
     options: TurnOptions,
     abort: AbortController,
+    timing: TurnTiming,
   ): Promise<TurnOutcome> {
     const { database, settings, streams } = this.deps;
     const db = database.db;
     const log = ctx.log.child({ chatId: plan.chat.id, turnId: ids.turnId });
     const publisher = new StreamPublisher<TurnEvent>(streams, turnStreamKey(ids.turnId));
     const publish = (event: TurnEvent) =>
-      publisher
-        .publish(event)
-        .catch((err) => log.error({ err, event: event.name }, 'could not publish a turn event'));
+      publisher.publish(event).then(
+        () => timing.eventWritten(),
+        (err) => log.error({ err, event: event.name }, 'could not publish a turn event'),
+      );
     const stopLease = keepLeaseAlive(db, ids.turnId, settings.leaseMs, {
       onError: (err) => log.warn({ err }, 'could not renew the turn lease'),
       onCancelRequested: () => this.cancel(ids.turnId),
@@ -252,28 +265,38 @@ export class TurnRunner {
     let text = '';
     let usedTools = false;
     const usage: Usage = { inputTokens: 0, outputTokens: 0 };
+    const { provider, model } = plan.configuration;
     // The one place a turn's result is written, however it ended.
-    const finish = (end: TurnEnd) =>
-      db.transaction((tx) =>
-        finishTurn(tx, {
-          ...ids,
-          text,
-          usage,
-          charge: this.chargeOf(ctx, plan, ids.assistantMessageId),
-          end,
-        }),
+    const finish = async (end: TurnEnd) => {
+      const row = await timing.db(
+        db.transaction((tx) =>
+          finishTurn(tx, {
+            ...ids,
+            text,
+            usage,
+            charge: this.chargeOf(ctx, plan, ids.assistantMessageId),
+            end,
+          }),
+        ),
       );
+      timing.ended();
+      ctx.metrics.countUsage(provider, model, usage, Number(row.credits));
+      return row;
+    };
+    const observe = (outcome: TurnOutcomeLabel) => ctx.metrics.observeTurn(provider, outcome, timing.view());
     try {
-      const stream = await this.startModel(ctx, plan, abort.signal, watchdog);
+      const stream = await this.startModel(ctx, plan, abort.signal, watchdog, timing);
       let failure: unknown = null;
       try {
         for await (const part of stream.fullStream) {
           watchdog.touch();
           if (part.type === 'text-delta') {
             if (!part.text) continue;
+            timing.modelChunk();
             text += part.text;
             await publish({ name: 'content', data: { content: part.text } });
           } else if (part.type === 'tool-call') {
+            timing.modelChunk();
             await publish({
               name: 'tool_start',
               data: {
@@ -285,12 +308,14 @@ export class TurnRunner {
           } else if (part.type === 'tool-result' || part.type === 'tool-error') {
             if (part.type === 'tool-result' && part.preliminary) continue;
             usedTools = true;
-            const data = await recordToolExecution(db, {
-              organizationId: ctx.principal.organizationId,
-              messageId: ids.assistantMessageId,
-              part,
-              executionTimeMs: watchdog.takeToolTime(part.toolCallId),
-            });
+            const data = await timing.db(
+              recordToolExecution(db, {
+                organizationId: ctx.principal.organizationId,
+                messageId: ids.assistantMessageId,
+                part,
+                executionTimeMs: watchdog.takeToolTime(part.toolCallId),
+              }),
+            );
             await publish({ name: 'tool_result', data });
           } else if (part.type === 'finish-step') {
             usage.inputTokens += part.usage.inputTokens ?? 0;
@@ -306,6 +331,7 @@ export class TurnRunner {
       } catch (err) {
         failure = abort.signal.aborted ? abort.signal.reason : err;
       }
+      timing.modelEnded();
       if (failure !== null) throw failure;
       if (abort.signal.aborted) throw abort.signal.reason;
       const total = await Promise.resolve(stream.totalUsage).catch(() => null);
@@ -316,31 +342,36 @@ export class TurnRunner {
 
       const row = await finish({ kind: 'completed' });
       // The stored row is at hand: read it back only when tool executions belong in the view.
-      const message = usedTools ? await messageView(db, ids.assistantMessageId) : presentMessage(row);
+      const stored = usedTools ? await messageView(db, ids.assistantMessageId) : presentMessage(row);
+      const message: MessageView = { ...stored, timing: timing.view() };
+      observe('completed');
       await publish(chatDone(message, options.announceChat));
-      return { status: 'completed', message };
+      return { status: 'completed', message, timing };
     } catch (err) {
       const failure = describeFailure(err);
       if (failure instanceof TurnCancelled) {
         const message = await finish({ kind: 'cancelled' })
-          .then(() => messageView(db, ids.assistantMessageId))
+          .then(async () => ({ ...(await messageView(db, ids.assistantMessageId)), timing: timing.view() }))
           .catch((recordErr) => {
             log.error({ err: recordErr }, 'could not record the cancelled turn');
             return null;
           });
         if (message) {
           log.info('chat turn cancelled by request');
+          observe('cancelled');
           await publish(chatDone(message, options.announceChat));
-          return { status: 'completed', message };
+          return { status: 'completed', message, timing };
         }
       }
       log[failure.cancelled ? 'warn' : 'error']({ err }, 'chat turn failed');
       await finish({ kind: 'failed', failure }).catch((recordErr) =>
         log.error({ err: recordErr }, 'could not record the failed turn'),
       );
+      timing.ended();
+      observe('failed');
       const error = new ApiError(500, failure.code, failure.message);
       await publish(chatError(error.message, error.status, options.announceChat));
-      return { status: 'failed', error };
+      return { status: 'failed', error, timing };
     } finally {
       watchdog.stop();
       stopLease();
@@ -348,7 +379,13 @@ export class TurnRunner {
     }
   }
 
-  private async startModel(ctx: ServiceContext, plan: TurnPlan, signal: AbortSignal, watchdog: IdleWatchdog) {
+  private async startModel(
+    ctx: ServiceContext,
+    plan: TurnPlan,
+    signal: AbortSignal,
+    watchdog: IdleWatchdog,
+    timing: TurnTiming,
+  ) {
     const { database, families, settings } = this.deps;
     const db = database.db;
     const model = ctx.models.languageModel(plan.configuration);
@@ -362,8 +399,8 @@ export class TurnRunner {
     // Independent reads on the way to the first token: waited for together.
     const [toolSet, skills, history] = await Promise.all([
       collectTools(families, plan.agent ? plan.agent.tools : DEFAULT_CHAT_TOOLS, scope),
-      plan.agent ? skillsOfAgent(db, plan.agent.id) : [],
-      conversationOf(db, plan.chat.id, settings.historyLimit),
+      plan.agent ? timing.db(skillsOfAgent(db, plan.agent.id)) : [],
+      timing.db(conversationOf(db, plan.chat.id, settings.historyLimit)),
     ]);
     const system = buildSystemPrompt({
       project: plan.project,
@@ -375,6 +412,7 @@ export class TurnRunner {
       .map((m) => ({ role: m.role, content: m.prompt ?? m.content }))
       .filter((m) => m.content.length > 0);
     watchdog.start();
+    timing.modelRequest();
     return streamText({
       model,
       system,

@@ -190,6 +190,8 @@ export async function runGeneration(
     });
     return row.id;
   });
+  // Counted once the charge is committed.
+  ctx.metrics.countUsage(resolved.configuration.provider, resolved.configuration.model, run.usage, credits);
   return {
     artifact: await findArtifact(ctx, id, null),
     usage: { inputTokens: run.usage.inputTokens, outputTokens: run.usage.outputTokens, credits },
@@ -300,6 +302,8 @@ export async function runRefinement(
       ),
     });
   });
+  // Counted once the charge is committed.
+  ctx.metrics.countUsage(resolved.configuration.provider, resolved.configuration.model, run.usage, credits);
   return {
     artifact: await findArtifact(ctx, artifact.id, null),
     usage: { inputTokens: run.usage.inputTokens, outputTokens: run.usage.outputTokens, credits },

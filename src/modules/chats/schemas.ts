@@ -23,6 +23,27 @@ export const MessageUsage = Type.Object(
   { description: 'Assistant messages: tokens the model reported (all steps) and the credits charged' },
 );
 
+export const MessageTiming = Type.Object(
+  {
+    queued_ms: Type.Number({
+      description: 'Request arrival to the turn running (checks, messages and lease written)',
+    }),
+    overhead_ms: Type.Number({
+      description:
+        "Time the service added before the first token: request arrival to the model request, plus the model's first chunk to the first event written",
+    }),
+    model_first_token_ms: Nullable(
+      Type.Number({ description: "Model request to the model's first chunk; null when it sent nothing" }),
+    ),
+    total_ms: Type.Number({ description: 'Request arrival to the reply finished' }),
+  },
+  {
+    description:
+      'Only on a freshly produced reply (the `done` event, the blocking answer), never in history: where the time went, in milliseconds',
+  },
+);
+export type MessageTiming = Static<typeof MessageTiming>;
+
 export const MessageView = Type.Object({
   id: Type.Integer(),
   role: Type.Union([Type.Literal('assistant'), Type.Literal('user')]),
@@ -31,6 +52,7 @@ export const MessageView = Type.Object({
   created_at: Timestamp,
   tool_executions: Type.Array(ToolExecutionView),
   usage: Type.Optional(MessageUsage),
+  timing: Type.Optional(MessageTiming),
   cancelled: Type.Optional(
     Type.Literal(true, {
       description: 'Present on a reply stopped by POST /chats/:id/cancel: content is what was generated',

@@ -1,10 +1,12 @@
 import type { FastifyInstance } from 'fastify';
-import { Counter, collectDefaultMetrics, Histogram, Registry } from 'prom-client';
+import { Counter, Histogram, type Registry } from 'prom-client';
 
-/** Prometheus request counts and latency by route and status, plus process metrics. */
+/**
+ * Prometheus request counts and latency by route and status, added to the process's registry
+ * (src/telemetry/metrics.ts: process metrics, turns, usage, webhooks, jobs, streams).
+ */
 export function registerMetrics(app: FastifyInstance): Registry {
-  const registry = new Registry();
-  collectDefaultMetrics({ register: registry });
+  const { registry } = app.deps.metrics;
   const labelNames = ['method', 'route', 'status_code'] as const;
   const requests = new Counter({
     name: 'http_requests_total',
