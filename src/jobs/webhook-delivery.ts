@@ -5,6 +5,7 @@ import type { SecretBox } from '../crypto/secret-box.js';
 import type { Database, Queryable } from '../db/client.js';
 import { projectWebhooks, webhookDeliveries } from '../db/schema/index.js';
 import type { ServiceMetrics, WebhookOutcomeLabel } from '../telemetry/metrics.js';
+import { withSpan } from '../telemetry/tracing.js';
 import type { JobQueue } from './queue.js';
 import { type PostOutcome, postWebhook } from './webhook-http.js';
 
@@ -171,10 +172,24 @@ async function send(deps: DeliveryDeps, claim: Extract<Claim, { kind: 'attempt' 
       error: `could not sign the delivery: ${err instanceof Error ? err.message : String(err)}`,
     };
   }
-  return postWebhook(claim.url, body, headers, {
-    allowPrivate: deps.config.outboundAllowPrivate,
-    timeoutMs: ATTEMPT_TIMEOUT_MS,
-  });
+  return withSpan(
+    'webhook.deliver',
+    {
+      'scriptorium.webhook.event': claim.eventName,
+      'scriptorium.webhook.message_id': claim.messageId,
+    },
+    async (span) => {
+      const outcome = await postWebhook(claim.url, body, headers, {
+        allowPrivate: deps.config.outboundAllowPrivate,
+        timeoutMs: ATTEMPT_TIMEOUT_MS,
+      });
+      span.setAttributes({
+        'http.response.status_code': outcome.statusCode ?? 0,
+        ...(outcome.ok ? {} : { 'error.type': outcome.error ?? 'failed' }),
+      });
+      return outcome;
+    },
+  );
 }
 
 async function recordOutcome(deps: DeliveryDeps, job: DeliverJob, outcome: PostOutcome) {

@@ -2,6 +2,7 @@ import { and, eq, inArray, sql } from 'drizzle-orm';
 import type { SecretBox } from '../crypto/secret-box.js';
 import type { Database } from '../db/client.js';
 import { documentChunks, documentContents, documents } from '../db/schema/index.js';
+import { withSpan } from '../telemetry/tracing.js';
 import { type Extraction, ExtractionError, reason } from './blocks.js';
 import { chunkBlocks } from './chunk.js';
 import { embeddingModelFor, embedTexts } from './embeddings.js';
@@ -50,7 +51,11 @@ export async function processDocument(deps: ProcessDeps, documentId: number): Pr
 
   let extraction: Extraction;
   try {
-    extraction = await extractDocument(content.bytes, claimed.mediaType);
+    extraction = await withSpan(
+      'document.extract',
+      { 'scriptorium.document.id': documentId, 'scriptorium.document.media_type': claimed.mediaType },
+      () => extractDocument(content.bytes, claimed.mediaType),
+    );
   } catch (err) {
     // Anything the file makes a parser throw is the file's problem, not a reason to retry.
     const error =
@@ -62,45 +67,55 @@ export async function processDocument(deps: ProcessDeps, documentId: number): Pr
   }
 
   const chunks = chunkBlocks(extraction.blocks);
-  const chunkIds = await deps.database.db.transaction(async (tx) => {
-    await tx.delete(documentChunks).where(eq(documentChunks.documentId, documentId));
-    const ids: number[] = [];
-    const [document] = await tx
-      .select({ name: documents.name })
-      .from(documents)
-      .where(eq(documents.id, documentId))
-      .for('update');
-    if (!document) return null;
-    for (let i = 0; i < chunks.length; i += INSERT_BATCH) {
-      const inserted = await tx
-        .insert(documentChunks)
-        .values(
-          chunks.slice(i, i + INSERT_BATCH).map((chunk) => ({
-            documentId,
-            organizationId: claimed.organizationId,
-            position: chunk.position,
-            headingPath: chunk.headingPath,
-            context: [document.name, ...chunk.headingPath].join(' / '),
-            content: chunk.text,
-            tokenCount: chunk.tokenCount,
-          })),
-        )
-        .returning({ id: documentChunks.id });
-      ids.push(...inserted.map((row) => row.id));
-    }
-    await tx
-      .update(documents)
-      .set({ pageCount: extraction.pageCount, ocrError: extraction.ocrError, updatedAt: sql`now()` })
-      .where(eq(documents.id, documentId));
-    return ids;
-  });
+  const store = (fn: () => Promise<number[] | null>) =>
+    withSpan(
+      'document.chunk',
+      { 'scriptorium.document.id': documentId, 'scriptorium.chunks': chunks.length },
+      fn,
+    );
+  const chunkIds = await store(() =>
+    deps.database.db.transaction(async (tx) => {
+      await tx.delete(documentChunks).where(eq(documentChunks.documentId, documentId));
+      const ids: number[] = [];
+      const [document] = await tx
+        .select({ name: documents.name })
+        .from(documents)
+        .where(eq(documents.id, documentId))
+        .for('update');
+      if (!document) return null;
+      for (let i = 0; i < chunks.length; i += INSERT_BATCH) {
+        const inserted = await tx
+          .insert(documentChunks)
+          .values(
+            chunks.slice(i, i + INSERT_BATCH).map((chunk) => ({
+              documentId,
+              organizationId: claimed.organizationId,
+              position: chunk.position,
+              headingPath: chunk.headingPath,
+              context: [document.name, ...chunk.headingPath].join(' / '),
+              content: chunk.text,
+              tokenCount: chunk.tokenCount,
+            })),
+          )
+          .returning({ id: documentChunks.id });
+        ids.push(...inserted.map((row) => row.id));
+      }
+      await tx
+        .update(documents)
+        .set({ pageCount: extraction.pageCount, ocrError: extraction.ocrError, updatedAt: sql`now()` })
+        .where(eq(documents.id, documentId));
+      return ids;
+    }),
+  );
   if (chunkIds === null) return; // deleted meanwhile
 
-  const embeddingError = await embedChunks(
-    deps,
-    { documentId, organizationId: claimed.organizationId },
-    chunkIds,
-    chunks.map((chunk) => chunk.text),
+  const embeddingError = await withSpan('document.embed', { 'scriptorium.document.id': documentId }, () =>
+    embedChunks(
+      deps,
+      { documentId, organizationId: claimed.organizationId },
+      chunkIds,
+      chunks.map((chunk) => chunk.text),
+    ),
   );
   await db
     .update(documents)

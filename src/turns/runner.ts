@@ -15,6 +15,7 @@ import { chatDone, chatError, type TurnEvent } from '../streams/protocol.js';
 import { StreamPublisher } from '../streams/publisher.js';
 import type { StreamHub } from '../streams/stream-hub.js';
 import type { TurnOutcomeLabel } from '../telemetry/metrics.js';
+import { genAiModel, type SpanHandle, traceModel, traceTools, withSpan } from '../telemetry/tracing.js';
 import { TurnTiming } from '../telemetry/turn-timing.js';
 import { turnStreamKey } from './events.js';
 import { describeFailure, TurnCancelled, TurnFailure } from './failure.js';
@@ -193,7 +194,19 @@ export class TurnRunner {
     const abort = new AbortController();
     this.running.set(ids.turnId, abort);
     this.listenForCancels();
-    const outcome = this.run(ctx, plan, ids, options, abort, timing);
+    const outcome = withSpan(
+      `invoke_agent ${plan.agent?.name ?? 'chat'}`,
+      {
+        'gen_ai.operation.name': 'invoke_agent',
+        ...genAiModel(plan.configuration.provider, plan.configuration.model),
+        'gen_ai.conversation.id': String(plan.chat.id),
+        ...(plan.agent
+          ? { 'gen_ai.agent.id': String(plan.agent.id), 'gen_ai.agent.name': plan.agent.name }
+          : {}),
+        'scriptorium.turn.id': ids.turnId,
+      },
+      (span) => this.run(ctx, plan, ids, options, abort, timing, span),
+    );
     this.inFlight.add(outcome);
     void outcome.finally(() => {
       this.inFlight.delete(outcome);
@@ -237,6 +250,7 @@ export class TurnRunner {
     options: TurnOptions,
     abort: AbortController,
     timing: TurnTiming,
+    span: SpanHandle,
   ): Promise<TurnOutcome> {
     const { database, settings, streams } = this.deps;
     const db = database.db;
@@ -264,6 +278,7 @@ export class TurnRunner {
 
     let text = '';
     let usedTools = false;
+    const finishReasons: string[] = [];
     const usage: Usage = { inputTokens: 0, outputTokens: 0 };
     const { provider, model } = plan.configuration;
     // The one place a turn's result is written, however it ended.
@@ -281,6 +296,12 @@ export class TurnRunner {
       );
       timing.ended();
       ctx.metrics.countUsage(provider, model, usage, Number(row.credits));
+      span.setAttributes({
+        'gen_ai.usage.input_tokens': usage.inputTokens,
+        'gen_ai.usage.output_tokens': usage.outputTokens,
+        'gen_ai.response.finish_reasons': finishReasons,
+        'scriptorium.turn.outcome': end.kind,
+      });
       return row;
     };
     const observe = (outcome: TurnOutcomeLabel) => ctx.metrics.observeTurn(provider, outcome, timing.view());
@@ -318,6 +339,7 @@ export class TurnRunner {
             );
             await publish({ name: 'tool_result', data });
           } else if (part.type === 'finish-step') {
+            finishReasons.push(part.finishReason);
             usage.inputTokens += part.usage.inputTokens ?? 0;
             usage.outputTokens += part.usage.outputTokens ?? 0;
           } else if (part.type === 'error') {
@@ -369,6 +391,7 @@ export class TurnRunner {
       );
       timing.ended();
       observe('failed');
+      span.setAttributes({ 'error.type': failure.code, 'scriptorium.turn.outcome': 'failed' });
       const error = new ApiError(500, failure.code, failure.message);
       await publish(chatError(error.message, error.status, options.announceChat));
       return { status: 'failed', error, timing };
@@ -388,7 +411,8 @@ export class TurnRunner {
   ) {
     const { database, families, settings } = this.deps;
     const db = database.db;
-    const model = ctx.models.languageModel(plan.configuration);
+    const { provider, model: modelName } = plan.configuration;
+    const model = traceModel(ctx.models.languageModel(plan.configuration), provider, modelName);
     const scope: ToolScope = {
       ctx,
       projectId: plan.project.id,
@@ -417,7 +441,7 @@ export class TurnRunner {
       model,
       system,
       messages,
-      tools: pausingWatchdog(toolSet.tools, watchdog),
+      tools: traceTools(pausingWatchdog(toolSet.tools, watchdog)),
       stopWhen: stepCountIs(settings.maxSteps),
       maxRetries: settings.maxRetries,
       abortSignal: signal,
