@@ -27,6 +27,8 @@ const TURN_BUCKETS = [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
  */
 export class ServiceMetrics {
   readonly registry = new Registry();
+  private readonly requests: Counter<'method' | 'route' | 'status_code'>;
+  private readonly requestDuration: Histogram<'method' | 'route' | 'status_code'>;
   private readonly turnOverhead: Histogram<'provider' | 'outcome'>;
   private readonly modelFirstToken: Histogram<'provider' | 'outcome'>;
   private readonly turnDuration: Histogram<'provider' | 'outcome'>;
@@ -38,6 +40,21 @@ export class ServiceMetrics {
   constructor(options: ServiceMetricsOptions = {}) {
     const registers = [this.registry];
     collectDefaultMetrics({ register: this.registry });
+    // Built here, once per process, not per HTTP app: tests build several apps on one root.
+    const httpLabels = ['method', 'route', 'status_code'] as const;
+    this.requests = new Counter({
+      name: 'http_requests_total',
+      help: 'HTTP requests',
+      labelNames: httpLabels,
+      registers,
+    });
+    this.requestDuration = new Histogram({
+      name: 'http_request_duration_seconds',
+      help: 'HTTP request duration until the response is complete (streams included)',
+      labelNames: httpLabels,
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120, 300],
+      registers,
+    });
     const turnLabels = ['provider', 'outcome'] as const;
     this.turnOverhead = new Histogram({
       name: 'scriptorium_turn_overhead_seconds',
@@ -98,6 +115,12 @@ export class ServiceMetrics {
         },
       });
     }
+  }
+
+  httpRequest(method: string, route: string, status: number, seconds: number): void {
+    const labels = { method, route, status_code: String(status) };
+    this.requests.inc(labels);
+    this.requestDuration.observe(labels, seconds);
   }
 
   observeTurn(provider: string, outcome: TurnOutcomeLabel, timing: TurnTimingView): void {
