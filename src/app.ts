@@ -18,6 +18,7 @@ import { hashKey } from './modules/api-keys/secrets.js';
 import { artifactTypeRoutes } from './modules/artifact-types/routes.js';
 import { artifactRoutes } from './modules/artifacts/routes.js';
 import { asyncRequestRoutes } from './modules/async-requests/routes.js';
+import { auditEventRoutes } from './modules/audit-events/routes.js';
 import { categoryRoutes } from './modules/categories/routes.js';
 import { chatRoutes } from './modules/chats/routes.js';
 import { consoleRoutes } from './modules/console/routes.js';
@@ -57,6 +58,7 @@ const v1Modules = [
   documentRoutes,
   webhookDeliveryRoutes,
   asyncRequestRoutes,
+  auditEventRoutes,
 ];
 const v2Modules: (typeof v1Modules)[number][] = [chatRoutes];
 

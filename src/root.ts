@@ -4,7 +4,7 @@ import type { Config } from './config.js';
 import type { AppDeps } from './core/deps.js';
 import { createSecretBox, resolveSecret, type SecretBox } from './crypto/secret-box.js';
 import { type Database, migrateDatabase, openDatabase } from './db/client.js';
-import { createJobQueue, type JobQueue, type JobQueueOptions } from './jobs/queue.js';
+import { createJobQueue, type JobQueue, type JobQueueOptions, jobQueueDepth } from './jobs/queue.js';
 import { DocumentExtractor } from './knowledge/extractor.js';
 import { VectorStore } from './knowledge/vector-store.js';
 import { ModelCache } from './llm/model-cache.js';
@@ -12,6 +12,7 @@ import { toolFamilies as allToolFamilies } from './llm/tools/index.js';
 import type { ToolFamilies } from './llm/tools/registry.js';
 import { DEFAULT_MCP_POOL_OPTIONS, McpPool } from './mcp/client-pool.js';
 import { StreamHub, type StreamHubOptions } from './streams/stream-hub.js';
+import { ServiceMetrics } from './telemetry/metrics.js';
 import { DEFAULT_TURN_SETTINGS, TurnRunner, type TurnSettings } from './turns/runner.js';
 
 /**
@@ -85,6 +86,7 @@ export async function createRoot(config: Config, options: RootOptions = {}): Pro
       secrets = createSecretBox(secret.secret);
     }
 
+    const metrics = new ServiceMetrics({ queueDepth: () => jobQueueDepth(database) });
     const models = new ModelCache(secrets, config);
     owned('models', () => models.close());
     const vectors = new VectorStore(database, log);
@@ -133,6 +135,7 @@ export async function createRoot(config: Config, options: RootOptions = {}): Pro
       models,
       vectors,
       extractor,
+      metrics,
       toolFamilies: families,
       turns,
       close,

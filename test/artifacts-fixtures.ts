@@ -136,6 +136,8 @@ export async function serviceContextFor(t: TestApp, org: TestOrg): Promise<Servi
     models: t.deps.models,
     mcp: t.deps.mcp,
     vectors: t.deps.vectors,
+    metrics: t.deps.metrics,
+    requestId: null,
     principal: {
       kind: 'organization',
       keyId: key.id,

@@ -178,8 +178,16 @@ export function testKnowledgeFamily(calls: RecordedToolCall[] = []): ToolFamilie
   };
 }
 
-/** The spec's Message fields, plus `status`; assistant messages add `usage` (issue 9). */
-export function expectMessageShape(message: any, role: 'user' | 'assistant', status = 'completed') {
+/**
+ * The spec's Message fields, plus `status`; assistant messages add `usage` (issue 9), and a freshly
+ * produced reply (the `done` event, the blocking answer) its `timing` (issue 19), whose parts add up.
+ */
+export function expectMessageShape(
+  message: any,
+  role: 'user' | 'assistant',
+  { status = 'completed', fresh = false }: { status?: string; fresh?: boolean } = {},
+) {
+  if (fresh) expectTiming(message.timing);
   expect(message).toEqual({
     id: expect.any(Number),
     role,
@@ -197,5 +205,27 @@ export function expectMessageShape(message: any, role: 'user' | 'assistant', sta
           },
         }
       : {}),
+    ...(fresh ? { timing: expect.any(Object) } : {}),
   });
+}
+
+/** A reply's `timing`: every part present, none negative, and the parts within the whole. */
+export function expectTiming(timing: any) {
+  expect(timing).toEqual({
+    queued_ms: expect.any(Number),
+    overhead_ms: expect.any(Number),
+    model_first_token_ms: expect.any(Number),
+    total_ms: expect.any(Number),
+  });
+  expect(timing.queued_ms).toBeGreaterThanOrEqual(0);
+  expect(timing.model_first_token_ms).toBeGreaterThanOrEqual(0);
+  expect(timing.queued_ms).toBeLessThanOrEqual(timing.overhead_ms);
+  expect(timing.overhead_ms).toBeLessThanOrEqual(timing.total_ms);
+  expect(timing.overhead_ms + timing.model_first_token_ms).toBeLessThanOrEqual(timing.total_ms + 0.1);
+}
+
+/** A fresh reply as history shows it later: the same message without its `timing`. */
+export function asInHistory(message: any) {
+  const { timing: _timing, ...rest } = message;
+  return rest;
 }

@@ -17,6 +17,7 @@ import {
 } from '../src/db/schema/index.js';
 import {
   addModel,
+  asInHistory,
   balanceOf,
   type ChatTestApp,
   eventNames,
@@ -109,7 +110,7 @@ describe('chat turns against a model server', () => {
       );
       const done = res.events[5].data;
       expect(Object.keys(done)).toEqual(['message']);
-      expectMessageShape(done.message, 'assistant');
+      expectMessageShape(done.message, 'assistant', { fresh: true });
       expect(done.message).toMatchObject({
         content: 'Hello, world!',
         model: 'local-llama',
@@ -117,7 +118,7 @@ describe('chat turns against a model server', () => {
       });
       expect(done.message.content).toBe(streamedText(res.events));
       const history = await historyOf(t, org, chat.id);
-      expect(history.at(-1)).toEqual(done.message);
+      expect(history.at(-1)).toEqual(asInHistory(done.message));
       expect(history.at(-2)).toMatchObject({ role: 'user', content: 'Greet me', model: null });
     });
 
@@ -549,8 +550,8 @@ describe('chat turns against a model server', () => {
         ['user', 'Hi', 'failed'],
         ['assistant', '', 'failed'],
       ]);
-      expectMessageShape(history[0], 'user', 'failed');
-      expectMessageShape(history[1], 'assistant', 'failed');
+      expectMessageShape(history[0], 'user', { status: 'failed' });
+      expectMessageShape(history[1], 'assistant', { status: 'failed' });
       const got = await call(t, 'GET', `/api/v2/chats/${chat.id}`, { key: org.orgKey });
       expect(got.body.response.chat.message_count).toBe(2);
       // Both failed with the reason; the lease is free again, and the failed turn is not sent to the model.

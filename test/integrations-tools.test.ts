@@ -66,6 +66,8 @@ describe('integrations tool family', () => {
       models: t.deps.models,
       mcp: t.deps.mcp,
       vectors: t.deps.vectors,
+      metrics: t.deps.metrics,
+      requestId: null,
       principal: {
         kind: 'organization',
         keyId: 0,

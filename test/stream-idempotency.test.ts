@@ -4,6 +4,7 @@ import { artifacts, chatMessages, chats, chatTurns, creditLedger } from '../src/
 import { createArtifactType, createSkill, setBalance, useFakeModel } from './artifacts-fixtures.js';
 import {
   addModel,
+  asInHistory,
   type ChatTestApp,
   startChatApp,
   streamedText,
@@ -249,7 +250,7 @@ describe('usage on assistant messages', () => {
     });
     const [user, assistant] = history.body.response.messages;
     expect(user.usage).toBeUndefined();
-    expect(assistant).toEqual(message);
+    expect(assistant).toEqual(asInHistory(message));
 
     // The ledger sums over the organization's chat usage match the messages.
     const rows = await t.deps.database.db

@@ -5,6 +5,7 @@ import type { Database, Db } from '../db/client.js';
 import type { VectorStore } from '../knowledge/vector-store.js';
 import type { ModelCache } from '../llm/model-cache.js';
 import type { McpPool } from '../mcp/client-pool.js';
+import type { ServiceMetrics } from '../telemetry/metrics.js';
 import type { OrgPrincipal } from './principal.js';
 
 /** The process's resources a service may use, built once by the composition root (src/root.ts). */
@@ -18,6 +19,8 @@ export interface ServiceResources {
   mcp: McpPool;
   /** pgvector storage for document embeddings (when the database has the extension). */
   vectors: VectorStore;
+  /** The process's Prometheus instruments (served at /metrics). */
+  metrics: ServiceMetrics;
 }
 
 /** What a service receives: never a request or reply, never a global. */
@@ -25,6 +28,8 @@ export interface ServiceContext extends ServiceResources {
   db: Db;
   principal: OrgPrincipal;
   log: FastifyBaseLogger;
+  /** The request being served (`x-request-id`), named in audit records; null in background jobs. */
+  requestId: string | null;
 }
 
 /** A service context acting for `principal` (from a request, or restored by a background job). */
@@ -32,7 +37,20 @@ export function serviceContext(
   resources: ServiceResources,
   principal: OrgPrincipal,
   log: FastifyBaseLogger,
+  requestId: string | null = null,
 ): ServiceContext {
-  const { config, database, secrets, models, mcp, vectors } = resources;
-  return { db: database.db, database, config, secrets, models, mcp, vectors, principal, log };
+  const { config, database, secrets, models, mcp, vectors, metrics } = resources;
+  return {
+    db: database.db,
+    database,
+    config,
+    secrets,
+    models,
+    mcp,
+    vectors,
+    metrics,
+    principal,
+    log,
+    requestId,
+  };
 }

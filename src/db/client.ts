@@ -9,6 +9,7 @@ import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
 import { drizzle as drizzlePglite } from 'drizzle-orm/pglite';
 import { migrate as migratePglite } from 'drizzle-orm/pglite/migrator';
 import pg from 'pg';
+import { tracePglite } from '../telemetry/tracing.js';
 import { lockDataDir } from './data-dir-lock.js';
 import * as schema from './schema/index.js';
 
@@ -72,6 +73,7 @@ export async function openDatabase(options: OpenOptions): Promise<Database> {
 async function openPglite(client: PGlite, unlock: () => void): Promise<Database> {
   await client.waitReady;
   await client.exec(`SET TIME ZONE 'UTC'`);
+  tracePglite(client as unknown as Parameters<typeof tracePglite>[0]);
   const db = drizzlePglite({ client, schema }) as unknown as Db;
   let closed = false;
   return {

@@ -22,6 +22,10 @@ export const OPENAPI_TAGS = [
   { name: 'Users', description: 'People of the organization.' },
   { name: 'API keys', description: 'Organization and personal keys.' },
   { name: 'Usage', description: 'Token and credit usage.' },
+  {
+    name: 'Audit events',
+    description: 'Who changed what: every write of the management API, recorded with its change.',
+  },
   { name: 'Organizations (super admin)', description: 'Tenants; super admin keys only.' },
   { name: 'Share pages', description: 'Public read-only artifact pages.' },
   { name: 'Operations', description: 'Liveness and readiness probes.' },

@@ -23,6 +23,7 @@ export class SseStream {
       ...(reply.getHeaders() as Record<string, string>),
     });
     raw.flushHeaders();
+    reply.server.deps.metrics.streamOpened();
     this.heartbeat = setInterval(() => this.write(': keep-alive\n\n'), HEARTBEAT_MS);
     this.heartbeat.unref();
     raw.on('close', () => this.stop());
@@ -56,6 +57,8 @@ export class SseStream {
   }
 
   private stop(): void {
+    if (this.closed) return;
+    this.reply.server.deps.metrics.streamClosed();
     this.closed = true;
     clearInterval(this.heartbeat);
   }

@@ -1,6 +1,8 @@
 import { createRequire } from 'node:module';
 import PgBoss from 'pg-boss';
 import type { Database, Queryable } from '../db/client.js';
+import type { QueueDepthRow } from '../telemetry/metrics.js';
+import { SpanKind, withSpan } from '../telemetry/tracing.js';
 
 /** The pg-boss schema in the service's database. */
 export const JOB_SCHEMA = 'pgboss';
@@ -243,16 +245,24 @@ export async function createJobQueue(database: Database, options: JobQueueOption
     const bossOptions: PgBoss.WorkOptions = { batchSize };
     if (workOptions.pollingIntervalSeconds !== undefined)
       bossOptions.pollingIntervalSeconds = workOptions.pollingIntervalSeconds;
+    // Each run a span (a root of its own trace: the job outlives the request that queued it).
+    const runJob = (job: { id: string; data: T }) =>
+      withSpan(
+        `job ${name}`,
+        { 'messaging.system': 'pg-boss', 'messaging.destination.name': name, 'messaging.message.id': job.id },
+        () => handler({ id: job.id, data: job.data }),
+        SpanKind.CONSUMER,
+      );
     for (let i = 0; i < loops; i++) {
       const worker: { id?: string } = {};
       worker.id = await boss.work<T>(name, bossOptions, async (jobs) => {
         // A full batch suggests more are waiting: poll again at once instead of after the interval.
         if (jobs.length >= batchSize && worker.id) boss.notifyWorker(worker.id);
         if (jobs.length === 1) {
-          await handler({ id: jobs[0].id, data: jobs[0].data });
+          await runJob(jobs[0]);
           return;
         }
-        const results = await Promise.allSettled(jobs.map((job) => handler({ id: job.id, data: job.data })));
+        const results = await Promise.allSettled(jobs.map(runJob));
         // pg-boss completes or fails a batch as a whole; failing the failed ones first keeps the
         // rest completing (completion only touches jobs still active).
         for (const [index, result] of results.entries()) {
@@ -310,4 +320,13 @@ export async function createJobQueue(database: Database, options: JobQueueOption
       await executor.drain(2000);
     },
   };
+}
+
+/** Jobs waiting (created, retry) or running (active) per queue, for the /metrics gauge. */
+export async function jobQueueDepth(database: Database): Promise<QueueDepthRow[]> {
+  const { rows } = await database.query<QueueDepthRow>(
+    `select name as queue, state::text as state, count(*)::int as count from ${JOB_SCHEMA}.job
+      where state in ('created', 'retry', 'active') group by 1, 2`,
+  );
+  return rows;
 }

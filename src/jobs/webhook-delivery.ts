@@ -5,6 +5,8 @@ import type { Config } from '../config.js';
 import type { SecretBox } from '../crypto/secret-box.js';
 import type { Database, Queryable } from '../db/client.js';
 import { projectWebhooks, webhookDeliveries } from '../db/schema/index.js';
+import type { ServiceMetrics, WebhookOutcomeLabel } from '../telemetry/metrics.js';
+import { withSpan } from '../telemetry/tracing.js';
 import type { JobQueue } from './queue.js';
 import { type PostOutcome, postWebhook } from './webhook-http.js';
 
@@ -28,6 +30,7 @@ export interface DeliveryDeps {
   database: Database;
   secrets: SecretBox;
   jobs: JobQueue;
+  metrics: ServiceMetrics;
 }
 
 /** Where failed attempts are reported (a receiver's error is the customer's to fix: a warning). */
@@ -200,14 +203,28 @@ async function send(deps: DeliveryDeps, claim: Extract<Claim, { kind: 'attempt' 
       error: `could not sign the delivery: ${err instanceof Error ? err.message : String(err)}`,
     };
   }
-  return postWebhook(claim.url, body, headers, {
-    allowPrivate: deps.config.outboundAllowPrivate,
-    timeoutMs: ATTEMPT_TIMEOUT_MS,
-  });
+  return withSpan(
+    'webhook.deliver',
+    {
+      'scriptorium.webhook.event': claim.eventName,
+      'scriptorium.webhook.message_id': claim.messageId,
+    },
+    async (span) => {
+      const outcome = await postWebhook(claim.url, body, headers, {
+        allowPrivate: deps.config.outboundAllowPrivate,
+        timeoutMs: ATTEMPT_TIMEOUT_MS,
+      });
+      span.setAttributes({
+        'http.response.status_code': outcome.statusCode ?? 0,
+        ...(outcome.ok ? {} : { 'error.type': outcome.error ?? 'failed' }),
+      });
+      return outcome;
+    },
+  );
 }
 
 async function recordOutcome(deps: DeliveryDeps, job: DeliverJob, outcome: PostOutcome) {
-  await deps.database.db.transaction(async (tx) => {
+  const recorded = await deps.database.db.transaction(async (tx): Promise<WebhookOutcomeLabel | null> => {
     const [row] = await tx
       .select({
         seq: webhookDeliveries.scheduleSeq,
@@ -217,7 +234,7 @@ async function recordOutcome(deps: DeliveryDeps, job: DeliverJob, outcome: PostO
       .from(webhookDeliveries)
       .where(eq(webhookDeliveries.id, job.deliveryId))
       .for('update');
-    if (!row) return;
+    if (!row) return null;
     const attempt = {
       attemptCount: sql`${webhookDeliveries.attemptCount} + 1`,
       lastStatusCode: outcome.statusCode,
@@ -232,12 +249,12 @@ async function recordOutcome(deps: DeliveryDeps, job: DeliverJob, outcome: PostO
         .update(webhookDeliveries)
         .set({ ...attempt, status: 'delivered', deliveredAt: sql`now()`, nextAttemptAt: null })
         .where(where);
-      return;
+      return 'delivered';
     }
     // Redelivered while this attempt ran: the newer schedule owns the next attempt.
     if (row.seq !== job.seq || row.status !== 'pending') {
       await tx.update(webhookDeliveries).set(attempt).where(where);
-      return;
+      return 'superseded';
     }
     const delayMs = retryDelayMs(row.attemptCount + 1, deps.config.webhookRetryBaseMs);
     const delay = sql`make_interval(secs => ${delayMs / 1000})`;
@@ -253,6 +270,9 @@ async function recordOutcome(deps: DeliveryDeps, job: DeliverJob, outcome: PostO
       .returning({ status: webhookDeliveries.status, seq: webhookDeliveries.scheduleSeq });
     if (next.status === 'pending') {
       await scheduleAttempt(deps.jobs, { deliveryId: job.deliveryId, seq: next.seq }, { db: tx, delayMs });
+      return 'retrying';
     }
+    return 'failed';
   });
+  if (recorded) deps.metrics.webhookAttempt(recorded);
 }

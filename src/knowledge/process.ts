@@ -6,6 +6,7 @@ import { documentChunks, documentContents, documents } from '../db/schema/index.
 import { recordEventIfSubscribed } from '../jobs/outbox.js';
 import { providerFailure } from '../llm/provider-errors.js';
 import type { ModelUrlRule } from '../net/model-base-url.js';
+import { withSpan } from '../telemetry/tracing.js';
 import { ExtractionError, reason } from './blocks.js';
 import { embeddingModelFor, embedTexts } from './embeddings.js';
 import { type DocumentExtractor, type ExtractedDocument, ExtractorStopped } from './extractor.js';
@@ -73,7 +74,12 @@ export async function processDocument(deps: ProcessDeps, documentId: number): Pr
   let extraction: ExtractedDocument;
   for (;;) {
     try {
-      extraction = await deps.extractor.extract(content.bytes, claimed.mediaType, deps.limits);
+      const attempt = claimed;
+      extraction = await withSpan(
+        'document.extract',
+        { 'scriptorium.document.id': documentId, 'scriptorium.document.media_type': attempt.mediaType },
+        () => deps.extractor.extract(content.bytes, attempt.mediaType, deps.limits),
+      );
       break;
     } catch (err) {
       if (!(err instanceof ExtractorStopped)) {
@@ -98,45 +104,52 @@ export async function processDocument(deps: ProcessDeps, documentId: number): Pr
   }
 
   const { chunks } = extraction;
-  const chunkIds = await deps.database.db.transaction(async (tx) => {
-    await tx.delete(documentChunks).where(eq(documentChunks.documentId, documentId));
-    const ids: number[] = [];
-    const [document] = await tx
-      .select({ name: documents.name })
-      .from(documents)
-      .where(eq(documents.id, documentId))
-      .for('update');
-    if (!document) return null;
-    for (let i = 0; i < chunks.length; i += INSERT_BATCH) {
-      const inserted = await tx
-        .insert(documentChunks)
-        .values(
-          chunks.slice(i, i + INSERT_BATCH).map((chunk) => ({
-            documentId,
-            organizationId: claimed.organizationId,
-            position: chunk.position,
-            headingPath: chunk.headingPath,
-            context: [document.name, ...chunk.headingPath].join(' / '),
-            content: chunk.text,
-            tokenCount: chunk.tokenCount,
-          })),
-        )
-        .returning({ id: documentChunks.id });
-      ids.push(...inserted.map((row) => row.id));
-    }
-    await tx
-      .update(documents)
-      .set({ pageCount: extraction.pageCount, ocrError: extraction.ocrError, updatedAt: sql`now()` })
-      .where(eq(documents.id, documentId));
-    return ids;
-  });
+  const chunkIds = await withSpan(
+    'document.chunk',
+    { 'scriptorium.document.id': documentId, 'scriptorium.chunks': chunks.length },
+    () =>
+      deps.database.db.transaction(async (tx) => {
+        await tx.delete(documentChunks).where(eq(documentChunks.documentId, documentId));
+        const ids: number[] = [];
+        const [document] = await tx
+          .select({ name: documents.name })
+          .from(documents)
+          .where(eq(documents.id, documentId))
+          .for('update');
+        if (!document) return null;
+        for (let i = 0; i < chunks.length; i += INSERT_BATCH) {
+          const inserted = await tx
+            .insert(documentChunks)
+            .values(
+              chunks.slice(i, i + INSERT_BATCH).map((chunk) => ({
+                documentId,
+                organizationId: claimed.organizationId,
+                position: chunk.position,
+                headingPath: chunk.headingPath,
+                context: [document.name, ...chunk.headingPath].join(' / '),
+                content: chunk.text,
+                tokenCount: chunk.tokenCount,
+              })),
+            )
+            .returning({ id: documentChunks.id });
+          ids.push(...inserted.map((row) => row.id));
+        }
+        await tx
+          .update(documents)
+          .set({ pageCount: extraction.pageCount, ocrError: extraction.ocrError, updatedAt: sql`now()` })
+          .where(eq(documents.id, documentId));
+        return ids;
+      }),
+  );
   if (chunkIds === null) return; // deleted meanwhile
 
-  const embeddingError = await embedChunks(
-    deps,
-    { documentId, organizationId: claimed.organizationId },
-    chunkIds,
-    chunks.map((chunk) => chunk.text),
+  const embeddingError = await withSpan('document.embed', { 'scriptorium.document.id': documentId }, () =>
+    embedChunks(
+      deps,
+      { documentId, organizationId: claimed.organizationId },
+      chunkIds,
+      chunks.map((chunk) => chunk.text),
+    ),
   );
   await deps.database.db.transaction(async (tx) => {
     const [done] = await tx

@@ -16,6 +16,9 @@ import { ensureCredits, type Usage } from '../modules/credits/service.js';
 import { chatDone, chatError, type TurnEvent } from '../streams/protocol.js';
 import { StreamPublisher } from '../streams/publisher.js';
 import type { StreamHub } from '../streams/stream-hub.js';
+import type { TurnOutcomeLabel } from '../telemetry/metrics.js';
+import { genAiModel, type SpanHandle, traceModel, traceTools, withSpan } from '../telemetry/tracing.js';
+import { TurnTiming } from '../telemetry/turn-timing.js';
 import { turnStreamKey } from './events.js';
 import { describeFailure, TURN_INTERRUPTED_MESSAGE, TurnCancelled, TurnFailure } from './failure.js';
 import { finishTurn, type TurnEnd } from './finish.js';
@@ -52,9 +55,10 @@ export const DEFAULT_TURN_SETTINGS: TurnSettings = {
 export const DEFAULT_CHAT_TOOLS: AgentTool[] = ['knowledge', 'integrations'];
 
 /** `completed` also covers a reply stopped by a cancel request (its message has `cancelled: true`). */
-export type TurnOutcome =
+export type TurnOutcome = (
   | { status: 'completed'; message: MessageView }
-  | { status: 'failed'; error: ApiError };
+  | { status: 'failed'; error: ApiError }
+) & { timing: TurnTiming };
 
 export interface StartedTurn {
   turnId: number;
@@ -67,6 +71,8 @@ export interface StartedTurn {
 export interface TurnOptions {
   /** On POST /chats: the new chat, added to the `done` and `error` events (spec 6.1). */
   announceChat?: ChatView;
+  /** When the request arrived (`requestArrival`), so the turn's timing counts from it. */
+  arrivedAt?: number;
 }
 
 /** How long a failed turn's end is retried while the database does not answer. */
@@ -159,61 +165,79 @@ export class TurnRunner {
   ): Promise<StartedTurn> {
     const { principal } = ctx;
     const { db } = this.deps.database;
+    const timing = new TurnTiming(options.arrivedAt);
     // Both are reads; waiting for them together keeps one round trip off the first token. The 402
     // still comes before anything is written.
-    const [credits, slash] = await Promise.allSettled([
-      ensureCredits(db, principal.organizationId),
-      expandSlashCommand(db, principal.organizationId, content),
-    ]);
+    const [credits, slash] = await timing.db(
+      Promise.allSettled([
+        ensureCredits(db, principal.organizationId),
+        expandSlashCommand(db, principal.organizationId, content),
+      ]),
+    );
     if (credits.status === 'rejected') throw credits.reason;
     if (slash.status === 'rejected') throw slash.reason;
     const skill = slash.value;
-    const ids = await db.transaction(async (tx) => {
-      // Both messages in one statement, then the lease pointing at them: a refused lease (409)
-      // rolls the messages back with it.
-      const inserted = await tx
-        .insert(chatMessages)
-        .values([
-          {
-            organizationId: principal.organizationId,
-            chatId: plan.chat.id,
-            role: 'user',
-            content,
-            prompt: skill?.prompt ?? null,
-            status: 'completed',
-            completedAt: sql`now()`,
-          },
-          {
-            organizationId: principal.organizationId,
-            chatId: plan.chat.id,
-            role: 'assistant',
-            model: plan.configuration.model,
-            modelConfigurationId: plan.configuration.id,
-            status: 'generating',
-          },
-        ])
-        .returning({ id: chatMessages.id, role: chatMessages.role });
-      const userMessageId = inserted.find((m) => m.role === 'user')!.id;
-      const assistantMessageId = inserted.find((m) => m.role === 'assistant')!.id;
-      const turnId = await acquireTurnLease(tx, {
-        organizationId: principal.organizationId,
-        projectId: plan.project.id,
-        chatId: plan.chat.id,
-        leaseMs: this.deps.settings.leaseMs,
-        userMessageId,
-        assistantMessageId,
-      });
-      await tx
-        .update(chats)
-        .set({ updatedAt: sql`now()`, title: sql`coalesce(${chats.title}, ${titleFrom(content)})` })
-        .where(eq(chats.id, plan.chat.id));
-      return { turnId, userMessageId, assistantMessageId };
-    });
+    const ids = await timing.db(
+      db.transaction(async (tx) => {
+        // Both messages in one statement, then the lease pointing at them: a refused lease (409)
+        // rolls the messages back with it.
+        const inserted = await tx
+          .insert(chatMessages)
+          .values([
+            {
+              organizationId: principal.organizationId,
+              chatId: plan.chat.id,
+              role: 'user',
+              content,
+              prompt: skill?.prompt ?? null,
+              status: 'completed',
+              completedAt: sql`now()`,
+            },
+            {
+              organizationId: principal.organizationId,
+              chatId: plan.chat.id,
+              role: 'assistant',
+              model: plan.configuration.model,
+              modelConfigurationId: plan.configuration.id,
+              status: 'generating',
+            },
+          ])
+          .returning({ id: chatMessages.id, role: chatMessages.role });
+        const userMessageId = inserted.find((m) => m.role === 'user')!.id;
+        const assistantMessageId = inserted.find((m) => m.role === 'assistant')!.id;
+        const turnId = await acquireTurnLease(tx, {
+          organizationId: principal.organizationId,
+          projectId: plan.project.id,
+          chatId: plan.chat.id,
+          leaseMs: this.deps.settings.leaseMs,
+          userMessageId,
+          assistantMessageId,
+        });
+        await tx
+          .update(chats)
+          .set({ updatedAt: sql`now()`, title: sql`coalesce(${chats.title}, ${titleFrom(content)})` })
+          .where(eq(chats.id, plan.chat.id));
+        return { turnId, userMessageId, assistantMessageId };
+      }),
+    );
+    timing.started();
 
     const abort = new AbortController();
     this.running.set(ids.turnId, abort);
     this.listenForCancels();
-    const outcome = this.run(ctx, plan, ids, options, abort);
+    const outcome = withSpan(
+      `invoke_agent ${plan.agent?.name ?? 'chat'}`,
+      {
+        'gen_ai.operation.name': 'invoke_agent',
+        ...genAiModel(plan.configuration.provider, plan.configuration.model),
+        'gen_ai.conversation.id': String(plan.chat.id),
+        ...(plan.agent
+          ? { 'gen_ai.agent.id': String(plan.agent.id), 'gen_ai.agent.name': plan.agent.name }
+          : {}),
+        'scriptorium.turn.id': ids.turnId,
+      },
+      (span) => this.run(ctx, plan, ids, options, abort, timing, span),
+    );
     this.inFlight.add(outcome);
     void outcome.finally(() => {
       this.inFlight.delete(outcome);
@@ -296,6 +320,8 @@ export class TurnRunner {
     ids: { turnId: number; userMessageId: number; assistantMessageId: number },
     options: TurnOptions,
     abort: AbortController,
+    timing: TurnTiming,
+    span: SpanHandle,
   ): Promise<TurnOutcome> {
     const { database, settings, streams } = this.deps;
     const db = database.db;
@@ -307,9 +333,10 @@ export class TurnRunner {
     });
     const publisher = new StreamPublisher<TurnEvent>(streams, turnStreamKey(ids.turnId));
     const publish = (event: TurnEvent) =>
-      publisher
-        .publish(event)
-        .catch((err) => log.error({ err, event: event.name }, 'could not publish a turn event'));
+      publisher.publish(event).then(
+        () => timing.eventWritten(),
+        (err) => log.error({ err, event: event.name }, 'could not publish a turn event'),
+      );
     const stopLease = keepLeaseAlive(db, ids.turnId, settings.leaseMs, {
       onError: (err) => log.warn({ err }, 'could not renew the turn lease'),
       onCancelRequested: () => this.cancel(ids.turnId),
@@ -332,43 +359,60 @@ export class TurnRunner {
 
     let text = '';
     let usedTools = false;
+    const finishReasons: string[] = [];
     const usage: Usage = { inputTokens: 0, outputTokens: 0 };
+    const { provider, model } = plan.configuration;
     // The one place a turn's result is written, however it ended.
-    const finish = (end: TurnEnd) =>
-      db.transaction((tx) =>
-        finishTurn(tx, {
-          ...ids,
-          chatId: plan.chat.id,
-          projectId: plan.project.id,
-          text,
-          usage,
-          charge: this.chargeOf(ctx, plan, ids.assistantMessageId),
-          end,
-        }),
+    const finish = async (end: TurnEnd) => {
+      const row = await timing.db(
+        db.transaction((tx) =>
+          finishTurn(tx, {
+            ...ids,
+            chatId: plan.chat.id,
+            projectId: plan.project.id,
+            text,
+            usage,
+            charge: this.chargeOf(ctx, plan, ids.assistantMessageId),
+            end,
+          }),
+        ),
       );
+      timing.ended();
+      if (row) ctx.metrics.countUsage(provider, model, usage, Number(row.credits));
+      span.setAttributes({
+        'gen_ai.usage.input_tokens': usage.inputTokens,
+        'gen_ai.usage.output_tokens': usage.outputTokens,
+        'gen_ai.response.finish_reasons': finishReasons,
+        'scriptorium.turn.outcome': end.kind,
+      });
+      return row;
+    };
+    const observe = (outcome: TurnOutcomeLabel) => ctx.metrics.observeTurn(provider, outcome, timing.view());
     // The turn's end was written by someone else (see finishTurn): this process's readers get
     // what was recorded, so every reader of the turn ends the same way.
     const endRecordedElsewhere = async (): Promise<TurnOutcome> => {
       const message = await messageView(db, ids.assistantMessageId);
       if (message.status !== 'failed') {
         await publish(chatDone(message, options.announceChat));
-        return { status: 'completed', message };
+        return { status: 'completed', message, timing };
       }
       const error = new ApiError(500, 'turn_interrupted', TURN_INTERRUPTED_MESSAGE);
       await publish(chatError(error.message, error.status, options.announceChat));
-      return { status: 'failed', error };
+      return { status: 'failed', error, timing };
     };
     try {
-      const stream = await this.startModel(ctx, plan, abort.signal, watchdog);
+      const stream = await this.startModel(ctx, plan, abort.signal, watchdog, timing);
       let failure: unknown = null;
       try {
         for await (const part of stream.fullStream) {
           watchdog.touch();
           if (part.type === 'text-delta') {
             if (!part.text) continue;
+            timing.modelChunk();
             text += part.text;
             await publish({ name: 'content', data: { content: part.text } });
           } else if (part.type === 'tool-call') {
+            timing.modelChunk();
             await publish({
               name: 'tool_start',
               data: {
@@ -380,14 +424,17 @@ export class TurnRunner {
           } else if (part.type === 'tool-result' || part.type === 'tool-error') {
             if (part.type === 'tool-result' && part.preliminary) continue;
             usedTools = true;
-            const data = await recordToolExecution(db, {
-              organizationId: ctx.principal.organizationId,
-              messageId: ids.assistantMessageId,
-              part,
-              executionTimeMs: watchdog.takeToolTime(part.toolCallId),
-            });
+            const data = await timing.db(
+              recordToolExecution(db, {
+                organizationId: ctx.principal.organizationId,
+                messageId: ids.assistantMessageId,
+                part,
+                executionTimeMs: watchdog.takeToolTime(part.toolCallId),
+              }),
+            );
             await publish({ name: 'tool_result', data });
           } else if (part.type === 'finish-step') {
+            finishReasons.push(part.finishReason);
             usage.inputTokens += part.usage.inputTokens ?? 0;
             usage.outputTokens += part.usage.outputTokens ?? 0;
           } else if (part.type === 'error') {
@@ -401,6 +448,7 @@ export class TurnRunner {
       } catch (err) {
         failure = abort.signal.aborted ? abort.signal.reason : err;
       }
+      timing.modelEnded();
       if (failure !== null) throw failure;
       if (abort.signal.aborted) throw abort.signal.reason;
       const total = await Promise.resolve(stream.totalUsage).catch(() => null);
@@ -412,14 +460,17 @@ export class TurnRunner {
       const row = await finish({ kind: 'completed' });
       if (!row) return await endRecordedElsewhere();
       // The stored row is at hand: read it back only when tool executions belong in the view.
-      const message = usedTools ? await messageView(db, ids.assistantMessageId) : presentMessage(row);
+      const stored = usedTools ? await messageView(db, ids.assistantMessageId) : presentMessage(row);
+      const message: MessageView = { ...stored, timing: timing.view() };
+      observe('completed');
       await publish(chatDone(message, options.announceChat));
-      return { status: 'completed', message };
+      return { status: 'completed', message, timing };
     } catch (err) {
       const failure = describeFailure(err);
       if (failure instanceof TurnCancelled) {
         const recorded: MessageView | 'elsewhere' | null = await finish({ kind: 'cancelled' }).then(
-          async (row) => (row ? await messageView(db, ids.assistantMessageId) : 'elsewhere'),
+          async (row) =>
+            row ? { ...(await messageView(db, ids.assistantMessageId)), timing: timing.view() } : 'elsewhere',
           (recordErr) => {
             log.error({ err: recordErr }, 'could not record the cancelled turn');
             return null;
@@ -428,8 +479,9 @@ export class TurnRunner {
         if (recorded === 'elsewhere') return await endRecordedElsewhere();
         if (recorded) {
           log.info('chat turn cancelled by request');
+          observe('cancelled');
           await publish(chatDone(recorded, options.announceChat));
-          return { status: 'completed', message: recorded };
+          return { status: 'completed', message: recorded, timing };
         }
       }
       log[failure.cancelled ? 'warn' : 'error']({ err }, 'chat turn failed');
@@ -443,13 +495,16 @@ export class TurnRunner {
           return false;
         },
       );
+      timing.ended();
+      observe('failed');
+      span.setAttributes({ 'error.type': failure.code, 'scriptorium.turn.outcome': 'failed' });
       const error = new ApiError(500, failure.code, failure.message);
       await publish(chatError(error.message, error.status, options.announceChat));
       // The database is away (that is usually why the record failed): this process knows the turn
       // is over, so it frees the chat as soon as the database answers instead of leaving it to the
       // lease's expiry, and the messages show the real failure with the partial reply.
       if (!recorded) this.recordLater(() => finish({ kind: 'failed', failure }), log);
-      return { status: 'failed', error };
+      return { status: 'failed', error, timing };
     } finally {
       watchdog.stop();
       stopLease();
@@ -457,13 +512,20 @@ export class TurnRunner {
     }
   }
 
-  private async startModel(ctx: ServiceContext, plan: TurnPlan, signal: AbortSignal, watchdog: IdleWatchdog) {
+  private async startModel(
+    ctx: ServiceContext,
+    plan: TurnPlan,
+    signal: AbortSignal,
+    watchdog: IdleWatchdog,
+    timing: TurnTiming,
+  ) {
     const { database, families, settings } = this.deps;
     const db = database.db;
-    const model = withBoundedRetries(ctx.models.languageModel(plan.configuration), {
-      ...DEFAULT_RETRY_POLICY,
-      retries: settings.maxRetries,
-    });
+    const { provider, model: modelName } = plan.configuration;
+    const model = withBoundedRetries(
+      traceModel(ctx.models.languageModel(plan.configuration), provider, modelName),
+      { ...DEFAULT_RETRY_POLICY, retries: settings.maxRetries },
+    );
     const scope: ToolScope = {
       ctx,
       projectId: plan.project.id,
@@ -474,8 +536,8 @@ export class TurnRunner {
     // Independent reads on the way to the first token: waited for together.
     const [toolSet, skills, history] = await Promise.all([
       collectTools(families, plan.agent ? plan.agent.tools : DEFAULT_CHAT_TOOLS, scope),
-      plan.agent ? skillsOfAgent(db, plan.agent.id) : [],
-      conversationOf(db, plan.chat.id, settings.historyLimit),
+      plan.agent ? timing.db(skillsOfAgent(db, plan.agent.id)) : [],
+      timing.db(conversationOf(db, plan.chat.id, settings.historyLimit)),
     ]);
     const system = buildSystemPrompt({
       project: plan.project,
@@ -487,11 +549,12 @@ export class TurnRunner {
       .map((m) => ({ role: m.role, content: m.prompt ?? m.content }))
       .filter((m) => m.content.length > 0);
     watchdog.start();
+    timing.modelRequest();
     return streamText({
       model,
       system,
       messages,
-      tools: pausingWatchdog(toolSet.tools, watchdog),
+      tools: traceTools(pausingWatchdog(toolSet.tools, watchdog)),
       stopWhen: stepCountIs(settings.maxSteps),
       // Retried by withBoundedRetries: a failing provider is reported within seconds.
       maxRetries: 0,

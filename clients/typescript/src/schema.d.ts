@@ -1201,6 +1201,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/audit_events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Who changed what in the caller's organization, newest first (organization admins)
+         * @description The audit log of the caller's organization: every write through API v1 and every chat archive, with actor, action, resource, changed field names (never values) and request id. Filters: from, to, action, resource_type, actor_api_key_id. Organization admins only. Paginated.
+         */
+        get: operations["listAuditEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/admin/audit_events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Every organization's audit events, newest first (super admin)
+         * @description The audit log of every organization (super admin keys), with the same filters plus organization_id. Paginated.
+         */
+        get: operations["listAllAuditEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/admin/organizations": {
         parameters: {
             query?: never;
@@ -2300,6 +2340,16 @@ export interface components {
             /** @description `completed`; `cancelled` for a reply stopped by POST /chats/:id/cancel; `failed` on both messages of a turn that failed (a model or tool error, the database or the server going away): the reply holds what was generated, and the message was not answered */
             status: "completed" | "cancelled" | "failed";
             usage?: components["schemas"]["MessageUsage"];
+            /** @description Only on a freshly produced reply (the `done` event, the blocking answer), never in history: where the time went, in milliseconds */
+            timing?: {
+                /** @description Request arrival to the turn running (checks, messages and lease written) */
+                queued_ms: number;
+                /** @description Time the service added before the first token: request arrival to the model request, plus the model's first chunk to the first event written */
+                overhead_ms: number;
+                model_first_token_ms: number | null;
+                /** @description Request arrival to the reply finished */
+                total_ms: number;
+            };
             /**
              * @description Present on a reply stopped by POST /chats/:id/cancel: content is what was generated
              * @enum {boolean}
@@ -5461,6 +5511,136 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["UsageResponse"];
+                };
+            };
+            400: components["responses"]["V1BadRequest"];
+            401: components["responses"]["V1Unauthorized"];
+            403: components["responses"]["V1Forbidden"];
+            404: components["responses"]["V1NotFound"];
+            422: components["responses"]["V1UnprocessableEntity"];
+            429: components["responses"]["V1TooManyRequests"];
+        };
+    };
+    listAuditEvents: {
+        parameters: {
+            query?: {
+                /** @description 1-based page number */
+                page?: number;
+                /** @description Items per page (max 100) */
+                page_size?: number;
+                /** @description Inclusive start (occurred_at) */
+                from?: string;
+                /** @description Exclusive end (occurred_at) */
+                to?: string;
+                /** @description Exact action */
+                action?: string;
+                /** @description The kind of resource changed */
+                resource_type?: "organization" | "user" | "api_key" | "group" | "category" | "project" | "artifact_type" | "artifact" | "skill" | "agent" | "model_configuration" | "integration" | "webhook" | "document" | "chat";
+                /** @description Only changes made with this key */
+                actor_api_key_id?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        audit_events: {
+                            id: number;
+                            organization_id: number;
+                            /** @description UTC, microsecond precision: YYYY-MM-DDTHH:MM:SS.ffffffZ */
+                            occurred_at: string;
+                            actor: {
+                                api_key_id: number;
+                                kind: "organization" | "personal" | "super_admin";
+                                user_id: number | null;
+                            };
+                            /** @description `<resource type>.<verb>`, e.g. `project.updated` */
+                            action: string;
+                            resource: {
+                                /** @description The kind of resource changed */
+                                type: "organization" | "user" | "api_key" | "group" | "category" | "project" | "artifact_type" | "artifact" | "skill" | "agent" | "model_configuration" | "integration" | "webhook" | "document" | "chat";
+                                id: number;
+                            };
+                            /** @description Names of the fields the write set (never their values) */
+                            changed_fields: string[];
+                            request_id: string | null;
+                        }[];
+                        pagination: components["schemas"]["Pagination"];
+                    };
+                };
+            };
+            400: components["responses"]["V1BadRequest"];
+            401: components["responses"]["V1Unauthorized"];
+            403: components["responses"]["V1Forbidden"];
+            404: components["responses"]["V1NotFound"];
+            422: components["responses"]["V1UnprocessableEntity"];
+            429: components["responses"]["V1TooManyRequests"];
+        };
+    };
+    listAllAuditEvents: {
+        parameters: {
+            query?: {
+                /** @description 1-based page number */
+                page?: number;
+                /** @description Items per page (max 100) */
+                page_size?: number;
+                /** @description Inclusive start (occurred_at) */
+                from?: string;
+                /** @description Exclusive end (occurred_at) */
+                to?: string;
+                /** @description Exact action */
+                action?: string;
+                /** @description The kind of resource changed */
+                resource_type?: "organization" | "user" | "api_key" | "group" | "category" | "project" | "artifact_type" | "artifact" | "skill" | "agent" | "model_configuration" | "integration" | "webhook" | "document" | "chat";
+                /** @description Only changes made with this key */
+                actor_api_key_id?: number;
+                /** @description Only this organization */
+                organization_id?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        audit_events: {
+                            id: number;
+                            organization_id: number;
+                            /** @description UTC, microsecond precision: YYYY-MM-DDTHH:MM:SS.ffffffZ */
+                            occurred_at: string;
+                            actor: {
+                                api_key_id: number;
+                                kind: "organization" | "personal" | "super_admin";
+                                user_id: number | null;
+                            };
+                            /** @description `<resource type>.<verb>`, e.g. `project.updated` */
+                            action: string;
+                            resource: {
+                                /** @description The kind of resource changed */
+                                type: "organization" | "user" | "api_key" | "group" | "category" | "project" | "artifact_type" | "artifact" | "skill" | "agent" | "model_configuration" | "integration" | "webhook" | "document" | "chat";
+                                id: number;
+                            };
+                            /** @description Names of the fields the write set (never their values) */
+                            changed_fields: string[];
+                            request_id: string | null;
+                        }[];
+                        pagination: components["schemas"]["Pagination"];
+                    };
                 };
             };
             400: components["responses"]["V1BadRequest"];

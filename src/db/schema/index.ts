@@ -2,6 +2,7 @@
 
 export * from './artifacts.js';
 export * from './async-requests.js';
+export * from './audit.js';
 export * from './chats.js';
 export * from './core.js';
 export * from './documents.js';

@@ -1,4 +1,5 @@
 import { and, count, eq, sql } from 'drizzle-orm';
+import { fieldsOf, recordAudit } from '../../audit/record.js';
 import type { ServiceContext } from '../../core/context.js';
 import type { Queryable } from '../../db/client.js';
 import { type AgentRow, type AgentTool, agentGroups, agentSkills, agents } from '../../db/schema/index.js';
@@ -96,6 +97,11 @@ export async function createAgent(ctx: ServiceContext, body: CreateAgentBody) {
       await tx.insert(agentSkills).values(skillIds.map((skillId) => ({ agentId: row.id, skillId })));
     if (groupIds.length)
       await tx.insert(agentGroups).values(groupIds.map((groupId) => ({ agentId: row.id, groupId })));
+    await recordAudit(tx, ctx, {
+      action: 'agent.created',
+      resource: { type: 'agent', id: row.id },
+      changedFields: fieldsOf(body),
+    });
     return { row, links: { skillIds, groupIds } };
   });
 }
@@ -137,6 +143,11 @@ export async function updateAgent(ctx: ServiceContext, id: number, body: UpdateA
       })
       .where(eq(agents.id, id))
       .returning();
+    await recordAudit(tx, ctx, {
+      action: 'agent.updated',
+      resource: { type: 'agent', id },
+      changedFields: fieldsOf(body),
+    });
     return withLinks(tx, row);
   });
 }
@@ -144,6 +155,9 @@ export async function updateAgent(ctx: ServiceContext, id: number, body: UpdateA
 /** Soft delete: chats that used the agent keep their reference. */
 export async function deleteAgent(ctx: ServiceContext, id: number) {
   requireAdmin(ctx.principal);
-  await findAgent(ctx.db, ctx, id);
-  await ctx.db.update(agents).set({ deletedAt: sql`now()`, updatedAt: sql`now()` }).where(eq(agents.id, id));
+  await ctx.db.transaction(async (tx) => {
+    await findAgent(tx, ctx, id);
+    await tx.update(agents).set({ deletedAt: sql`now()`, updatedAt: sql`now()` }).where(eq(agents.id, id));
+    await recordAudit(tx, ctx, { action: 'agent.deleted', resource: { type: 'agent', id } });
+  });
 }

@@ -1,4 +1,5 @@
 import { and, count, desc, eq, isNull, sql } from 'drizzle-orm';
+import { fieldsOf, recordAudit } from '../../audit/record.js';
 import type { ServiceContext } from '../../core/context.js';
 import type { Queryable } from '../../db/client.js';
 import { apiKeys, users } from '../../db/schema/index.js';
@@ -47,11 +48,19 @@ export async function createApiKey(ctx: ServiceContext, body: CreateApiKeyBody) 
       user_id: ['must be absent for an organization key'],
     });
   }
-  return insertApiKey(ctx.db, {
-    organizationId: orgId,
-    userId: body.kind === 'personal' ? body.user_id! : null,
-    kind: body.kind,
-    name: body.name,
+  return ctx.db.transaction(async (tx) => {
+    const created = await insertApiKey(tx, {
+      organizationId: orgId,
+      userId: body.kind === 'personal' ? body.user_id! : null,
+      kind: body.kind,
+      name: body.name,
+    });
+    await recordAudit(tx, ctx, {
+      action: 'api_key.created',
+      resource: { type: 'api_key', id: created.row.id },
+      changedFields: fieldsOf(body),
+    });
+    return created;
   });
 }
 
@@ -73,16 +82,23 @@ export async function listApiKeys(ctx: ServiceContext, page: PageQuery) {
 
 export async function revokeApiKey(ctx: ServiceContext, id: number) {
   requireAdmin(ctx.principal);
-  const [row] = await ctx.db
-    .update(apiKeys)
-    .set({ revokedAt: sql`now()` })
-    .where(
-      and(
-        eq(apiKeys.id, id),
-        eq(apiKeys.organizationId, ctx.principal.organizationId),
-        isNull(apiKeys.revokedAt),
-      ),
-    )
-    .returning({ id: apiKeys.id });
-  if (!row) throw notFound('API key');
+  await ctx.db.transaction(async (tx) => {
+    const [row] = await tx
+      .update(apiKeys)
+      .set({ revokedAt: sql`now()` })
+      .where(
+        and(
+          eq(apiKeys.id, id),
+          eq(apiKeys.organizationId, ctx.principal.organizationId),
+          isNull(apiKeys.revokedAt),
+        ),
+      )
+      .returning({ id: apiKeys.id });
+    if (!row) throw notFound('API key');
+    await recordAudit(tx, ctx, {
+      action: 'api_key.revoked',
+      resource: { type: 'api_key', id },
+      changedFields: ['revoked_at'],
+    });
+  });
 }

@@ -1,4 +1,5 @@
 import { and, count, eq, isNull, like, or, sql } from 'drizzle-orm';
+import { fieldsOf, recordAudit } from '../../audit/record.js';
 import type { ServiceContext } from '../../core/context.js';
 import type { Queryable } from '../../db/client.js';
 import { type ArtifactTypeRow, artifactTypes, skillArtifactTypes } from '../../db/schema/index.js';
@@ -63,28 +64,35 @@ export async function createArtifactType(ctx: ServiceContext, body: CreateArtifa
   await checkCategory(ctx, body.category_id);
   const orgId = ctx.principal.organizationId;
   const base = slugOf(body.name, 'artifact-type');
-  return retryOnSlugClash(async () => {
-    const taken = await ctx.db
-      .select({ slug: artifactTypes.slug })
-      .from(artifactTypes)
-      .where(
-        and(live(orgId), or(eq(artifactTypes.slug, base), like(artifactTypes.slug, suffixedPattern(base)))),
-      );
-    const [row] = await ctx.db
-      .insert(artifactTypes)
-      .values({
-        organizationId: orgId,
-        slug: firstFreeSlug(
-          base,
-          taken.map((t) => t.slug),
-        ),
-        name: body.name,
-        description: body.description ?? '',
-        categoryId: body.category_id ?? null,
-      })
-      .returning();
-    return row;
-  });
+  return retryOnSlugClash(() =>
+    ctx.db.transaction(async (tx) => {
+      const taken = await tx
+        .select({ slug: artifactTypes.slug })
+        .from(artifactTypes)
+        .where(
+          and(live(orgId), or(eq(artifactTypes.slug, base), like(artifactTypes.slug, suffixedPattern(base)))),
+        );
+      const [row] = await tx
+        .insert(artifactTypes)
+        .values({
+          organizationId: orgId,
+          slug: firstFreeSlug(
+            base,
+            taken.map((t) => t.slug),
+          ),
+          name: body.name,
+          description: body.description ?? '',
+          categoryId: body.category_id ?? null,
+        })
+        .returning();
+      await recordAudit(tx, ctx, {
+        action: 'artifact_type.created',
+        resource: { type: 'artifact_type', id: row.id },
+        changedFields: fieldsOf(body),
+      });
+      return row;
+    }),
+  );
 }
 
 /** Renames keep the slug: clients address the type by it. */
@@ -92,17 +100,24 @@ export async function updateArtifactType(ctx: ServiceContext, id: number, body: 
   requireAdmin(ctx.principal);
   await findArtifactType(ctx.db, ctx, id);
   await checkCategory(ctx, body.category_id);
-  const [row] = await ctx.db
-    .update(artifactTypes)
-    .set({
-      name: body.name,
-      description: body.description,
-      categoryId: body.category_id,
-      updatedAt: sql`now()`,
-    })
-    .where(eq(artifactTypes.id, id))
-    .returning();
-  return row;
+  return ctx.db.transaction(async (tx) => {
+    const [row] = await tx
+      .update(artifactTypes)
+      .set({
+        name: body.name,
+        description: body.description,
+        categoryId: body.category_id,
+        updatedAt: sql`now()`,
+      })
+      .where(eq(artifactTypes.id, id))
+      .returning();
+    await recordAudit(tx, ctx, {
+      action: 'artifact_type.updated',
+      resource: { type: 'artifact_type', id },
+      changedFields: fieldsOf(body),
+    });
+    return row;
+  });
 }
 
 /** Soft delete: generated artifacts keep their type; skills stop offering it. */
@@ -115,5 +130,6 @@ export async function deleteArtifactType(ctx: ServiceContext, id: number) {
       .set({ deletedAt: sql`now()`, updatedAt: sql`now()` })
       .where(eq(artifactTypes.id, id));
     await tx.delete(skillArtifactTypes).where(eq(skillArtifactTypes.artifactTypeId, id));
+    await recordAudit(tx, ctx, { action: 'artifact_type.deleted', resource: { type: 'artifact_type', id } });
   });
 }

@@ -14,6 +14,7 @@ import {
 import { ApiError, unprocessable } from '../../http/errors.js';
 import { recordEvent } from '../../jobs/outbox.js';
 import { collectTools, type ToolFamilies } from '../../llm/tools/registry.js';
+import { genAiModel, traceModel, traceTools, withSpan } from '../../telemetry/tracing.js';
 import { chargeUsage, costOf, ensureCredits, type Usage } from '../credits/service.js';
 
 import { type ResolvedModel, resolveModel } from '../model-configurations/resolve.js';
@@ -24,7 +25,7 @@ import {
   findSkillOfType,
   findWritableProject,
 } from './lookup.js';
-import { runModel } from './model-run.js';
+import { type ModelRunResult, runModel } from './model-run.js';
 import {
   checkInputs,
   fillPlaceholders,
@@ -148,16 +149,18 @@ export async function runGeneration(
     agentId: null,
     signal: options.signal,
   });
-  const run = await runModel({
-    model: resolved.model,
-    system: systemPrompt({ artifactType, project, toolNotes: toolSet.notes }),
-    messages: [{ role: 'user', content: prompt }],
-    tools: toolSet.tools,
-    deadlineMs: options.deadlineMs,
-    idleMs: ctx.config.modelIdleTimeoutMs,
-    onChunk: options.onChunk,
-    signal: options.signal,
-  });
+  const run = await traceArtifactRun('generation', resolved, artifactType.slug, (model) =>
+    runModel({
+      model,
+      system: systemPrompt({ artifactType, project, toolNotes: toolSet.notes }),
+      messages: [{ role: 'user', content: prompt }],
+      tools: traceTools(toolSet.tools),
+      deadlineMs: options.deadlineMs,
+      idleMs: ctx.config.modelIdleTimeoutMs,
+      onChunk: options.onChunk,
+      signal: options.signal,
+    }),
+  );
   const history: ChatHistoryEntry[] = [
     { role: 'user', content: prompt },
     ...run.toolEntries,
@@ -197,6 +200,8 @@ export async function runGeneration(
     });
     return row.id;
   });
+  // Counted once the charge is committed.
+  ctx.metrics.countUsage(resolved.configuration.provider, resolved.configuration.model, run.usage, credits);
   return {
     artifact: await findArtifact(ctx, id, null),
     usage: { inputTokens: run.usage.inputTokens, outputTokens: run.usage.outputTokens, credits },
@@ -259,16 +264,18 @@ export async function runRefinement(
     ...conversation.map((entry) => ({ role: entry.role, content: entry.content })),
     { role: 'user', content: refineInstruction(input.refinePrompt, artifact.content, modelLastSaw) },
   ];
-  const run = await runModel({
-    model: resolved.model,
-    system: systemPrompt({ artifactType, project, toolNotes: toolSet.notes }),
-    messages,
-    tools: toolSet.tools,
-    deadlineMs: options.deadlineMs,
-    idleMs: ctx.config.modelIdleTimeoutMs,
-    onChunk: options.onChunk,
-    signal: options.signal,
-  });
+  const run = await traceArtifactRun('refinement', resolved, artifactType.slug, (model) =>
+    runModel({
+      model,
+      system: systemPrompt({ artifactType, project, toolNotes: toolSet.notes }),
+      messages,
+      tools: traceTools(toolSet.tools),
+      deadlineMs: options.deadlineMs,
+      idleMs: ctx.config.modelIdleTimeoutMs,
+      onChunk: options.onChunk,
+      signal: options.signal,
+    }),
+  );
   const exchange: ChatHistoryEntry[] = [
     { role: 'user', content: input.refinePrompt },
     ...run.toolEntries,
@@ -308,6 +315,8 @@ export async function runRefinement(
       ),
     });
   });
+  // Counted once the charge is committed.
+  ctx.metrics.countUsage(resolved.configuration.provider, resolved.configuration.model, run.usage, credits);
   return {
     artifact: await findArtifact(ctx, artifact.id, null),
     usage: { inputTokens: run.usage.inputTokens, outputTokens: run.usage.outputTokens, credits },
@@ -365,4 +374,31 @@ function eventData(
 /** 192 random bits: the share page's only protection, so it must not be guessable. */
 function newShareToken(): string {
   return randomBytes(24).toString('base64url');
+}
+
+/** An artifact generation or refinement as a `generate_content` span around its model calls. */
+function traceArtifactRun(
+  kind: 'generation' | 'refinement',
+  resolved: ResolvedModel,
+  artifactTypeSlug: string,
+  run: (model: ResolvedModel['model']) => Promise<ModelRunResult>,
+): Promise<ModelRunResult> {
+  const { provider, model } = resolved.configuration;
+  return withSpan(
+    `generate_content ${model}`,
+    {
+      'gen_ai.operation.name': 'generate_content',
+      ...genAiModel(provider, model),
+      'scriptorium.artifact.operation': kind,
+      'scriptorium.artifact_type': artifactTypeSlug,
+    },
+    async (span) => {
+      const result = await run(traceModel(resolved.model, provider, model));
+      span.setAttributes({
+        'gen_ai.usage.input_tokens': result.usage.inputTokens,
+        'gen_ai.usage.output_tokens': result.usage.outputTokens,
+      });
+      return result;
+    },
+  );
 }

@@ -1,4 +1,5 @@
 import { eq, sql } from 'drizzle-orm';
+import { fieldsOf, recordAudit } from '../../audit/record.js';
 import type { ServiceContext } from '../../core/context.js';
 import { artifacts } from '../../db/schema/index.js';
 import { unprocessable } from '../../http/errors.js';
@@ -36,15 +37,28 @@ export async function updateArtifact(
     ...(contentChanged ? { manuallyEdited: true } : {}),
   };
   if (Object.keys(changes).length > 0) {
-    await ctx.db
-      .update(artifacts)
-      .set({ ...changes, updatedAt: sql`now()` })
-      .where(eq(artifacts.id, artifact.id));
+    await ctx.db.transaction(async (tx) => {
+      await tx
+        .update(artifacts)
+        .set({ ...changes, updatedAt: sql`now()` })
+        .where(eq(artifacts.id, artifact.id));
+      await recordAudit(tx, ctx, {
+        action: 'artifact.updated',
+        resource: { type: 'artifact', id: artifact.id },
+        changedFields: fieldsOf(input),
+      });
+    });
   }
   return findArtifact(ctx, artifactId, slug);
 }
 
 export async function deleteArtifact(ctx: ServiceContext, slug: string, artifactId: number): Promise<void> {
   const artifact = await findArtifact(ctx, artifactId, slug);
-  await ctx.db.delete(artifacts).where(eq(artifacts.id, artifact.id));
+  await ctx.db.transaction(async (tx) => {
+    await tx.delete(artifacts).where(eq(artifacts.id, artifact.id));
+    await recordAudit(tx, ctx, {
+      action: 'artifact.deleted',
+      resource: { type: 'artifact', id: artifact.id },
+    });
+  });
 }

@@ -1,4 +1,5 @@
 import { and, count, eq, exists, type SQL, sql } from 'drizzle-orm';
+import { fieldsOf, recordAudit } from '../../audit/record.js';
 import type { ServiceContext } from '../../core/context.js';
 import type { OrgPrincipal } from '../../core/principal.js';
 import type { Queryable } from '../../db/client.js';
@@ -74,6 +75,11 @@ export async function createCategory(ctx: ServiceContext, body: CreateCategoryBo
       .values({ organizationId: orgId, name: body.name, description: body.description ?? '' })
       .returning();
     await tx.insert(categoryGroups).values(groupIds.map((groupId) => ({ categoryId: row.id, groupId })));
+    await recordAudit(tx, ctx, {
+      action: 'category.created',
+      resource: { type: 'category', id: row.id },
+      changedFields: fieldsOf(body),
+    });
     return { row, groupIds };
   });
 }
@@ -100,6 +106,11 @@ export async function updateCategory(ctx: ServiceContext, id: number, body: Upda
       .set({ name: body.name, description: body.description, updatedAt: sql`now()` })
       .where(eq(categories.id, id))
       .returning();
+    await recordAudit(tx, ctx, {
+      action: 'category.updated',
+      resource: { type: 'category', id },
+      changedFields: fieldsOf(body),
+    });
     return withGroups(tx, row);
   });
 }
@@ -107,9 +118,12 @@ export async function updateCategory(ctx: ServiceContext, id: number, body: Upda
 /** Projects lose the category; artifact types keep a null `category_id`. */
 export async function deleteCategory(ctx: ServiceContext, id: number) {
   requireAdmin(ctx.principal);
-  const [row] = await ctx.db
-    .delete(categories)
-    .where(and(eq(categories.id, id), eq(categories.organizationId, ctx.principal.organizationId)))
-    .returning({ id: categories.id });
-  if (!row) throw notFound('Category');
+  await ctx.db.transaction(async (tx) => {
+    const [row] = await tx
+      .delete(categories)
+      .where(and(eq(categories.id, id), eq(categories.organizationId, ctx.principal.organizationId)))
+      .returning({ id: categories.id });
+    if (!row) throw notFound('Category');
+    await recordAudit(tx, ctx, { action: 'category.deleted', resource: { type: 'category', id } });
+  });
 }

@@ -3,6 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import { contextOf } from '../../http/context.js';
 import { PageQuery, pagination } from '../../http/pagination.js';
 import { IdParams, ok, v2Responses } from '../../http/schemas.js';
+import { requestArrival } from '../../telemetry/turn-timing.js';
 import { MessageCreated, MessageList, SendMessageBody } from './schemas.js';
 import { listMessages, prepareTurn } from './service.js';
 import { awaitTurn, reattachStream, STREAM_NOTE, streamTurn } from './turn-http.js';
@@ -30,6 +31,7 @@ export async function messageRoutes(parent: FastifyInstance): Promise<void> {
       },
     },
     async (request, reply) => {
+      const arrivedAt = requestArrival(reply);
       const { content, stream } = request.body;
       requireContent(content);
       const ctx = contextOf(request);
@@ -45,11 +47,11 @@ export async function messageRoutes(parent: FastifyInstance): Promise<void> {
       }
       const plan = await prepareTurn(ctx, request.params.id);
       if (stream) {
-        await streamTurn(request, reply, deps, () => deps.turns.begin(ctx, plan, content), {});
+        await streamTurn(request, reply, deps, () => deps.turns.begin(ctx, plan, content, { arrivedAt }), {});
         return reply;
       }
-      const turn = await deps.turns.begin(ctx, plan, content);
-      const message = await awaitTurn(turn, replyTimeoutMs);
+      const turn = await deps.turns.begin(ctx, plan, content, { arrivedAt });
+      const message = await awaitTurn(reply, turn, replyTimeoutMs);
       return { status: 'ok' as const, response: { message } };
     },
   );

@@ -3,6 +3,7 @@ import { Type } from '@sinclair/typebox';
 import { contextOf } from '../../http/context.js';
 import { pagination } from '../../http/pagination.js';
 import { IdParams, ok, v2Responses } from '../../http/schemas.js';
+import { requestArrival } from '../../telemetry/turn-timing.js';
 import { chatOfStream } from '../../turns/reattach.js';
 import { messageRoutes } from './messages-routes.js';
 import { presentChat } from './presenter.js';
@@ -32,6 +33,7 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
       },
     },
     async (request, reply) => {
+      const arrivedAt = requestArrival(reply);
       const { body } = request;
       if (body.content !== undefined) requireContent(body.content);
       const ctx = contextOf(request);
@@ -59,16 +61,16 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
           request,
           reply,
           deps,
-          () => deps.turns.begin(ctx, plan, content, { announceChat: view }),
+          () => deps.turns.begin(ctx, plan, content, { announceChat: view, arrivedAt }),
           { announceChat: view },
         );
         return reply;
       }
       const extra = { chat_id: chat.id };
-      const turn = await deps.turns.begin(ctx, plan, content).catch((err) => {
+      const turn = await deps.turns.begin(ctx, plan, content, { arrivedAt }).catch((err) => {
         throw withExtra(err, extra);
       });
-      const message = await awaitTurn(turn, replyTimeoutMs, extra);
+      const message = await awaitTurn(reply, turn, replyTimeoutMs, extra);
       reply.status(201);
       return { status: 'ok' as const, response: { chat: view, message } };
     },

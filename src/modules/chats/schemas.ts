@@ -29,6 +29,27 @@ export const MessageUsage = Type.Object(
   },
 );
 
+export const MessageTiming = Type.Object(
+  {
+    queued_ms: Type.Number({
+      description: 'Request arrival to the turn running (checks, messages and lease written)',
+    }),
+    overhead_ms: Type.Number({
+      description:
+        "Time the service added before the first token: request arrival to the model request, plus the model's first chunk to the first event written",
+    }),
+    model_first_token_ms: Nullable(
+      Type.Number({ description: "Model request to the model's first chunk; null when it sent nothing" }),
+    ),
+    total_ms: Type.Number({ description: 'Request arrival to the reply finished' }),
+  },
+  {
+    description:
+      'Only on a freshly produced reply (the `done` event, the blocking answer), never in history: where the time went, in milliseconds',
+  },
+);
+export type MessageTiming = Static<typeof MessageTiming>;
+
 export const MessageView = Type.Object(
   {
     id: Type.Integer(),
@@ -42,6 +63,7 @@ export const MessageView = Type.Object(
         '`completed`; `cancelled` for a reply stopped by POST /chats/:id/cancel; `failed` on both messages of a turn that failed (a model or tool error, the database or the server going away): the reply holds what was generated, and the message was not answered',
     }),
     usage: Type.Optional(MessageUsage),
+    timing: Type.Optional(MessageTiming),
     cancelled: Type.Optional(
       Type.Literal(true, {
         description: 'Present on a reply stopped by POST /chats/:id/cancel: content is what was generated',

@@ -1,4 +1,5 @@
 import { and, asc, count, desc, eq, inArray, isNull, or, sql } from 'drizzle-orm';
+import { recordAudit } from '../../audit/record.js';
 import type { ServiceContext } from '../../core/context.js';
 import type { OrgPrincipal } from '../../core/principal.js';
 import type { Queryable } from '../../db/client.js';
@@ -148,12 +149,19 @@ export async function messageCount(db: Queryable, chatId: number): Promise<numbe
 }
 
 export async function archiveChat(ctx: ServiceContext, chatId: number): Promise<void> {
-  const archived = await ctx.db
-    .update(chats)
-    .set({ archivedAt: sql`now()`, updatedAt: sql`now()` })
-    .where(and(eq(chats.id, chatId), ownedBy(ctx.principal)))
-    .returning({ id: chats.id });
-  if (archived.length === 0) throw notFound('Chat');
+  await ctx.db.transaction(async (tx) => {
+    const archived = await tx
+      .update(chats)
+      .set({ archivedAt: sql`now()`, updatedAt: sql`now()` })
+      .where(and(eq(chats.id, chatId), ownedBy(ctx.principal)))
+      .returning({ id: chats.id });
+    if (archived.length === 0) throw notFound('Chat');
+    await recordAudit(tx, ctx, {
+      action: 'chat.archived',
+      resource: { type: 'chat', id: chatId },
+      changedFields: ['archived_at'],
+    });
+  });
 }
 
 async function executionsOf(db: Queryable, messageIds: number[]): Promise<Map<number, ToolExecutionRow[]>> {

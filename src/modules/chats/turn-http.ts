@@ -145,9 +145,11 @@ function formatDuration(ms: number): string {
 
 /**
  * A non-streamed turn: waits for the reply up to the reply timeout (504 after it, the turn going on
- * into history). `extra` is added to every error body (`chat_id` on create, spec 4.1).
+ * into history). `extra` is added to every error body (`chat_id` on create, spec 4.1). The answer
+ * carries the turn's `Server-Timing` (db, model, overhead, total).
  */
 export async function awaitTurn(
+  reply: FastifyReply,
   turn: StartedTurn,
   timeoutMs: number,
   extra: Record<string, unknown> = {},
@@ -160,6 +162,7 @@ export async function awaitTurn(
   clearTimeout(timer);
   if (outcome === 'timeout')
     throw new ApiError(504, 'reply_timeout', replyTimeoutMessage(timeoutMs), {}, extra);
+  reply.header('server-timing', outcome.timing.serverTiming());
   if (outcome.status === 'failed') {
     const { error } = outcome;
     throw new ApiError(error.status, error.code, error.message, {}, { ...error.extra, ...extra });

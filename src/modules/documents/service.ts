@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { and, count, desc, eq, inArray, type SQL } from 'drizzle-orm';
+import { recordAudit } from '../../audit/record.js';
 import type { ServiceContext } from '../../core/context.js';
 import type { Queryable } from '../../db/client.js';
 import {
@@ -85,6 +86,11 @@ export async function uploadDocument(ctx: ServiceContext, jobs: JobQueue, input:
     await tx.insert(documentGroups).values(groupIds.map((groupId) => ({ documentId: created.id, groupId })));
     const job: ProcessDocumentJob = { documentId: created.id };
     await jobs.send(PROCESS_DOCUMENT_JOB, job, { db: tx, ...JOB_OPTIONS });
+    await recordAudit(tx, ctx, {
+      action: 'document.created',
+      resource: { type: 'document', id: created.id },
+      changedFields: ['file', ...(input.groupIds.length > 0 ? ['group_ids'] : [])],
+    });
     return created;
   });
   return { row, groupIds };
@@ -146,5 +152,8 @@ export async function deleteDocument(ctx: ServiceContext, id: number): Promise<v
   if (!isAdmin(ctx.principal) && row.uploadedByUserId !== ctx.principal.userId) {
     throw forbidden('Members may delete only documents they uploaded');
   }
-  await ctx.db.delete(documents).where(eq(documents.id, id));
+  await ctx.db.transaction(async (tx) => {
+    await tx.delete(documents).where(eq(documents.id, id));
+    await recordAudit(tx, ctx, { action: 'document.deleted', resource: { type: 'document', id } });
+  });
 }

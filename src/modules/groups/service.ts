@@ -1,5 +1,6 @@
 import { and, count, eq, inArray, isNull, sql } from 'drizzle-orm';
 import type { PgColumn, PgTable } from 'drizzle-orm/pg-core';
+import { fieldsOf, recordAudit } from '../../audit/record.js';
 import type { ServiceContext } from '../../core/context.js';
 import type { Queryable } from '../../db/client.js';
 import {
@@ -73,26 +74,40 @@ export async function getGroup(ctx: ServiceContext, id: number) {
 
 export async function createGroup(ctx: ServiceContext, body: CreateGroupBody) {
   requireAdmin(ctx.principal);
-  const [row] = await ctx.db
-    .insert(groups)
-    .values({
-      organizationId: ctx.principal.organizationId,
-      name: body.name,
-      description: body.description ?? '',
-    })
-    .returning();
-  return { row, userIds: [] as number[] };
+  return ctx.db.transaction(async (tx) => {
+    const [row] = await tx
+      .insert(groups)
+      .values({
+        organizationId: ctx.principal.organizationId,
+        name: body.name,
+        description: body.description ?? '',
+      })
+      .returning();
+    await recordAudit(tx, ctx, {
+      action: 'group.created',
+      resource: { type: 'group', id: row.id },
+      changedFields: fieldsOf(body),
+    });
+    return { row, userIds: [] as number[] };
+  });
 }
 
 export async function updateGroup(ctx: ServiceContext, id: number, body: UpdateGroupBody) {
   requireAdmin(ctx.principal);
-  const [row] = await ctx.db
-    .update(groups)
-    .set({ name: body.name, description: body.description, updatedAt: sql`now()` })
-    .where(and(eq(groups.id, id), inOrg(ctx)))
-    .returning();
-  if (!row) throw notFound('Group');
-  return withMembers(ctx.db, row);
+  return ctx.db.transaction(async (tx) => {
+    const [row] = await tx
+      .update(groups)
+      .set({ name: body.name, description: body.description, updatedAt: sql`now()` })
+      .where(and(eq(groups.id, id), inOrg(ctx)))
+      .returning();
+    if (!row) throw notFound('Group');
+    await recordAudit(tx, ctx, {
+      action: 'group.updated',
+      resource: { type: 'group', id },
+      changedFields: fieldsOf(body),
+    });
+    return withMembers(tx, row);
+  });
 }
 
 /** What would be left without any group if `groupId` went: categories, live projects and agents. */
@@ -173,6 +188,7 @@ export async function deleteGroup(ctx: ServiceContext, id: number) {
       );
     }
     await tx.delete(groups).where(eq(groups.id, id));
+    await recordAudit(tx, ctx, { action: 'group.deleted', resource: { type: 'group', id } });
   });
 }
 
@@ -201,6 +217,13 @@ export async function addMember(ctx: ServiceContext, groupId: number, userId: nu
       .set({ updatedAt: sql`now()` })
       .where(eq(groups.id, groupId))
       .returning();
+    if (added.length > 0) {
+      await recordAudit(tx, ctx, {
+        action: 'group.member_added',
+        resource: { type: 'group', id: groupId },
+        changedFields: ['user_ids'],
+      });
+    }
     return { ...(await withMembers(tx, row)), added: added.length > 0 };
   });
 }
@@ -215,5 +238,10 @@ export async function removeMember(ctx: ServiceContext, groupId: number, userId:
       .returning({ userId: groupMembers.userId });
     if (removed.length === 0) throw notFound('Group member');
     await tx.update(groups).set({ updatedAt: sql`now()` }).where(eq(groups.id, groupId));
+    await recordAudit(tx, ctx, {
+      action: 'group.member_removed',
+      resource: { type: 'group', id: groupId },
+      changedFields: ['user_ids'],
+    });
   });
 }

@@ -1,4 +1,5 @@
 import { and, count, eq, exists, inArray, isNull, like, or, sql } from 'drizzle-orm';
+import { fieldsOf, recordAudit } from '../../audit/record.js';
 import type { ServiceContext } from '../../core/context.js';
 import type { Queryable } from '../../db/client.js';
 import { type IntegrationRow, integrationProjects, integrations, projects } from '../../db/schema/index.js';
@@ -191,6 +192,11 @@ export async function createIntegration(ctx: ServiceContext, body: CreateIntegra
         row.id,
         projectIds.map((projectId) => ({ integrationId: row.id, projectId })),
       );
+      await recordAudit(tx, ctx, {
+        action: 'integration.created',
+        resource: { type: 'integration', id: row.id },
+        changedFields: fieldsOf(body),
+      });
       return row.id;
     }),
   );
@@ -227,6 +233,11 @@ export async function updateIntegration(ctx: ServiceContext, id: number, body: U
         projectIds.map((projectId) => ({ integrationId: id, projectId })),
       );
     }
+    await recordAudit(tx, ctx, {
+      action: 'integration.updated',
+      resource: { type: 'integration', id },
+      changedFields: fieldsOf(body),
+    });
   });
   // The open connection used the old URL or headers.
   await ctx.mcp.forget(id);
@@ -235,11 +246,14 @@ export async function updateIntegration(ctx: ServiceContext, id: number, body: U
 
 export async function deleteIntegration(ctx: ServiceContext, id: number) {
   requireAdmin(ctx.principal);
-  const [row] = await ctx.db
-    .delete(integrations)
-    .where(and(eq(integrations.id, id), inOrg(ctx)))
-    .returning({ id: integrations.id });
-  if (!row) throw notFound('Integration');
+  await ctx.db.transaction(async (tx) => {
+    const [row] = await tx
+      .delete(integrations)
+      .where(and(eq(integrations.id, id), inOrg(ctx)))
+      .returning({ id: integrations.id });
+    if (!row) throw notFound('Integration');
+    await recordAudit(tx, ctx, { action: 'integration.deleted', resource: { type: 'integration', id } });
+  });
   await ctx.mcp.forget(id);
 }
 

@@ -1,4 +1,5 @@
 import { and, count, eq, isNull, sql } from 'drizzle-orm';
+import { fieldsOf, recordAudit } from '../../audit/record.js';
 import type { ServiceContext } from '../../core/context.js';
 import type { Queryable } from '../../db/client.js';
 import {
@@ -149,6 +150,11 @@ export async function createModelConfiguration(ctx: ServiceContext, body: Create
       })
       .returning();
     if (settings.isDefault) await makeDefault(tx, orgId, row.id);
+    await recordAudit(tx, ctx, {
+      action: 'model_configuration.created',
+      resource: { type: 'model_configuration', id: row.id },
+      changedFields: fieldsOf(body),
+    });
     return { row, isDefault: settings.isDefault };
   });
 }
@@ -205,6 +211,11 @@ export async function updateModelConfiguration(
       .where(eq(modelConfigurations.id, id))
       .returning();
     if (settings.isDefault && !wasDefault) await makeDefault(tx, orgId, id);
+    await recordAudit(tx, ctx, {
+      action: 'model_configuration.updated',
+      resource: { type: 'model_configuration', id },
+      changedFields: fieldsOf(body),
+    });
     return { row, isDefault: settings.isDefault };
   });
 }
@@ -233,5 +244,9 @@ export async function deleteModelConfiguration(ctx: ServiceContext, id: number) 
       .update(agents)
       .set({ modelConfigurationId: null, updatedAt: sql`now()` })
       .where(and(eq(agents.organizationId, orgId), eq(agents.modelConfigurationId, id)));
+    await recordAudit(tx, ctx, {
+      action: 'model_configuration.deleted',
+      resource: { type: 'model_configuration', id },
+    });
   });
 }

@@ -1,4 +1,5 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { actorOf } from '../../http/context.js';
 import { PageQuery, pagination } from '../../http/pagination.js';
 import { IdParams, Message, v1Responses } from '../../http/schemas.js';
 import { presentUser } from '../users/presenter.js';
@@ -13,7 +14,7 @@ import {
 } from './schemas.js';
 import {
   addCredits,
-  createOrganization,
+  createOrganizationAs,
   deactivateOrganization,
   getOrganization,
   listOrganizations,
@@ -60,12 +61,15 @@ export const organizationRoutes: FastifyPluginAsyncTypebox = async (app) => {
       },
     },
     async (request, reply) => {
-      const { organization, user, orgKey, defaultGroupId } = await database.db.transaction((tx) =>
-        createOrganization(tx, app.deps, {
+      const { organization, user, orgKey, defaultGroupId } = await createOrganizationAs(
+        database.db,
+        app.deps,
+        actorOf(request),
+        {
           name: request.body.organization.name,
           email: request.body.user.email,
           userName: request.body.user.name,
-        }),
+        },
       );
       reply.status(201);
       return {
@@ -111,7 +115,9 @@ export const organizationRoutes: FastifyPluginAsyncTypebox = async (app) => {
     async (request) => {
       const name = request.body.name ?? request.body.organization?.name;
       return {
-        organization: presentOrganization(await renameOrganization(database.db, request.params.id, name)),
+        organization: presentOrganization(
+          await renameOrganization(database.db, actorOf(request), request.params.id, name),
+        ),
       };
     },
   );
@@ -131,7 +137,7 @@ export const organizationRoutes: FastifyPluginAsyncTypebox = async (app) => {
       },
     },
     async (request) => {
-      await deactivateOrganization(database.db, request.params.id);
+      await deactivateOrganization(database.db, actorOf(request), request.params.id);
       return { message: 'Organization deactivated' };
     },
   );
@@ -153,7 +159,7 @@ export const organizationRoutes: FastifyPluginAsyncTypebox = async (app) => {
     },
     async (request) => ({
       organization: presentOrganization(
-        await addCredits(database.db, request.params.id, request.body.amount),
+        await addCredits(database.db, actorOf(request), request.params.id, request.body.amount),
       ),
     }),
   );

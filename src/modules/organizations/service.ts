@@ -1,4 +1,5 @@
 import { count, desc, eq, sql } from 'drizzle-orm';
+import { type AuditActor, recordAudit } from '../../audit/record.js';
 import type { Config } from '../../config.js';
 import type { SecretBox } from '../../crypto/secret-box.js';
 import type { Db, Queryable } from '../../db/client.js';
@@ -58,6 +59,20 @@ export async function createOrganization(tx: Queryable, deps: OrgDeps, input: Ne
   return { organization: updated, user, defaultGroupId: group.id, modelConfigurationId, orgKey: key.secret };
 }
 
+/** A super admin's create: the organization and its audit record in one transaction. */
+export function createOrganizationAs(db: Db, deps: OrgDeps, actor: AuditActor, input: NewOrganization) {
+  return db.transaction(async (tx) => {
+    const created = await createOrganization(tx, deps, input);
+    await recordAudit(tx, actor, {
+      organizationId: created.organization.id,
+      action: 'organization.created',
+      resource: { type: 'organization', id: created.organization.id },
+      changedFields: ['name', 'user'],
+    });
+    return created;
+  });
+}
+
 export async function listOrganizations(db: Db, page: PageQuery) {
   const [rows, [{ total }]] = await Promise.all([
     db
@@ -77,33 +92,49 @@ export async function getOrganization(db: Queryable, id: number) {
   return row;
 }
 
-export async function renameOrganization(db: Db, id: number, name: string | undefined) {
+export async function renameOrganization(db: Db, actor: AuditActor, id: number, name: string | undefined) {
   if (name === undefined) return getOrganization(db, id);
-  const [row] = await db
-    .update(organizations)
-    .set({ name, updatedAt: sql`now()` })
-    .where(eq(organizations.id, id))
-    .returning();
-  if (!row) throw notFound('Organization');
-  return row;
+  return db.transaction(async (tx) => {
+    const [row] = await tx
+      .update(organizations)
+      .set({ name, updatedAt: sql`now()` })
+      .where(eq(organizations.id, id))
+      .returning();
+    if (!row) throw notFound('Organization');
+    await recordAudit(tx, actor, {
+      organizationId: id,
+      action: 'organization.updated',
+      resource: { type: 'organization', id },
+      changedFields: ['name'],
+    });
+    return row;
+  });
 }
 
 /** Deactivation keeps every row; the organization's keys stop working at once (see http/auth.ts). */
-export async function deactivateOrganization(db: Db, id: number) {
-  const [row] = await db
-    .update(organizations)
-    .set({
-      active: false,
-      deactivatedAt: sql`coalesce(${organizations.deactivatedAt}, now())`,
-      updatedAt: sql`now()`,
-    })
-    .where(eq(organizations.id, id))
-    .returning();
-  if (!row) throw notFound('Organization');
-  return row;
+export async function deactivateOrganization(db: Db, actor: AuditActor, id: number) {
+  return db.transaction(async (tx) => {
+    const [row] = await tx
+      .update(organizations)
+      .set({
+        active: false,
+        deactivatedAt: sql`coalesce(${organizations.deactivatedAt}, now())`,
+        updatedAt: sql`now()`,
+      })
+      .where(eq(organizations.id, id))
+      .returning();
+    if (!row) throw notFound('Organization');
+    await recordAudit(tx, actor, {
+      organizationId: id,
+      action: 'organization.deactivated',
+      resource: { type: 'organization', id },
+      changedFields: ['active'],
+    });
+    return row;
+  });
 }
 
-export async function addCredits(db: Db, id: number, amount: number) {
+export async function addCredits(db: Db, actor: AuditActor, id: number, amount: number) {
   if (amount === 0 || !Number.isFinite(amount))
     throw unprocessable('amount must not be zero', { amount: ['must not be zero'] });
   return db.transaction(async (tx) => {
@@ -114,6 +145,12 @@ export async function addCredits(db: Db, id: number, amount: number) {
       .returning();
     if (!row) throw notFound('Organization');
     await tx.insert(creditLedger).values({ organizationId: id, kind: 'grant', amount });
+    await recordAudit(tx, actor, {
+      organizationId: id,
+      action: 'organization.credits_added',
+      resource: { type: 'organization', id },
+      changedFields: ['credit_balance'],
+    });
     return row;
   });
 }

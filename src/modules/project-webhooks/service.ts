@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { and, count, eq, isNull } from 'drizzle-orm';
+import { fieldsOf, recordAudit } from '../../audit/record.js';
 import type { ServiceContext } from '../../core/context.js';
 import { projectWebhooks, type WebhookEventName } from '../../db/schema/index.js';
 import { notFound, unprocessable } from '../../http/errors.js';
@@ -83,28 +84,39 @@ export async function createWebhook(ctx: ServiceContext, projectId: number, body
   await visibleProjectId(ctx, projectId);
   const events = checkBody(ctx, body);
   const secret = newWebhookSecret();
-  const [row] = await ctx.db
-    .insert(projectWebhooks)
-    .values({
-      organizationId: ctx.principal.organizationId,
-      projectId,
-      url: body.url,
-      events,
-      secretEncrypted: ctx.secrets.encrypt(secret),
-    })
-    .returning();
-  return { row, secret };
+  return ctx.db.transaction(async (tx) => {
+    const [row] = await tx
+      .insert(projectWebhooks)
+      .values({
+        organizationId: ctx.principal.organizationId,
+        projectId,
+        url: body.url,
+        events,
+        secretEncrypted: ctx.secrets.encrypt(secret),
+      })
+      .returning();
+    await recordAudit(tx, ctx, {
+      action: 'webhook.created',
+      resource: { type: 'webhook', id: row.id },
+      // The secret is generated here, never sent; it is named because it came into being.
+      changedFields: [...fieldsOf(body), 'secret'],
+    });
+    return { row, secret };
+  });
 }
 
 /** Removes the webhook and, with it, its delivery log and pending retries. */
 export async function deleteWebhook(ctx: ServiceContext, projectId: number, webhookId: number) {
   requireAdmin(ctx.principal);
   await visibleProjectId(ctx, projectId);
-  const [row] = await ctx.db
-    .delete(projectWebhooks)
-    .where(and(ofProject(ctx, projectId), eq(projectWebhooks.id, webhookId)))
-    .returning({ id: projectWebhooks.id });
-  if (!row) throw notFound('Webhook');
+  await ctx.db.transaction(async (tx) => {
+    const [row] = await tx
+      .delete(projectWebhooks)
+      .where(and(ofProject(ctx, projectId), eq(projectWebhooks.id, webhookId)))
+      .returning({ id: projectWebhooks.id });
+    if (!row) throw notFound('Webhook');
+    await recordAudit(tx, ctx, { action: 'webhook.deleted', resource: { type: 'webhook', id: webhookId } });
+  });
 }
 
 // ---- organization webhooks: every project's events, and the organization's own (documents)
@@ -143,24 +155,34 @@ export async function createOrganizationWebhook(ctx: ServiceContext, body: Creat
   requireAdmin(ctx.principal);
   const events = checkBody(ctx, body, ORGANIZATION_WEBHOOK_EVENTS);
   const secret = newWebhookSecret();
-  const [row] = await ctx.db
-    .insert(projectWebhooks)
-    .values({
-      organizationId: ctx.principal.organizationId,
-      projectId: null,
-      url: body.url,
-      events,
-      secretEncrypted: ctx.secrets.encrypt(secret),
-    })
-    .returning();
-  return { row, secret };
+  return ctx.db.transaction(async (tx) => {
+    const [row] = await tx
+      .insert(projectWebhooks)
+      .values({
+        organizationId: ctx.principal.organizationId,
+        projectId: null,
+        url: body.url,
+        events,
+        secretEncrypted: ctx.secrets.encrypt(secret),
+      })
+      .returning();
+    await recordAudit(tx, ctx, {
+      action: 'webhook.created',
+      resource: { type: 'webhook', id: row.id },
+      changedFields: [...fieldsOf(body), 'secret'],
+    });
+    return { row, secret };
+  });
 }
 
 export async function deleteOrganizationWebhook(ctx: ServiceContext, webhookId: number) {
   requireAdmin(ctx.principal);
-  const [row] = await ctx.db
-    .delete(projectWebhooks)
-    .where(and(ofOrganization(ctx), eq(projectWebhooks.id, webhookId)))
-    .returning({ id: projectWebhooks.id });
-  if (!row) throw notFound('Webhook');
+  await ctx.db.transaction(async (tx) => {
+    const [row] = await tx
+      .delete(projectWebhooks)
+      .where(and(ofOrganization(ctx), eq(projectWebhooks.id, webhookId)))
+      .returning({ id: projectWebhooks.id });
+    if (!row) throw notFound('Webhook');
+    await recordAudit(tx, ctx, { action: 'webhook.deleted', resource: { type: 'webhook', id: webhookId } });
+  });
 }

@@ -1,4 +1,5 @@
 import { and, count, eq, isNull, type SQL, sql } from 'drizzle-orm';
+import { fieldsOf, recordAudit } from '../../audit/record.js';
 import type { ServiceContext } from '../../core/context.js';
 import type { Queryable } from '../../db/client.js';
 import { type ProjectRow, projectCategories, projectGroups, projects } from '../../db/schema/index.js';
@@ -73,6 +74,11 @@ export async function createProject(ctx: ServiceContext, body: CreateProjectBody
         .insert(projectCategories)
         .values(categoryIds.map((categoryId) => ({ projectId: row.id, categoryId })));
     }
+    await recordAudit(tx, ctx, {
+      action: 'project.created',
+      resource: { type: 'project', id: row.id },
+      changedFields: fieldsOf(body),
+    });
     return { row, links: { groupIds, categoryIds } };
   });
 }
@@ -109,6 +115,11 @@ export async function updateProject(ctx: ServiceContext, id: number, body: Updat
       .set({ name: body.name, overview: body.overview, updatedAt: sql`now()` })
       .where(eq(projects.id, id))
       .returning();
+    await recordAudit(tx, ctx, {
+      action: 'project.updated',
+      resource: { type: 'project', id },
+      changedFields: fieldsOf(body),
+    });
     return withLinks(tx, row);
   });
 }
@@ -116,24 +127,34 @@ export async function updateProject(ctx: ServiceContext, id: number, body: Updat
 /** Soft delete: chats, artifacts and ledger rows keep pointing at the project. */
 export async function deleteProject(ctx: ServiceContext, id: number) {
   requireAdmin(ctx.principal);
-  await visibleProject(ctx.db, ctx, id);
-  await ctx.db
-    .update(projects)
-    .set({ deletedAt: sql`now()`, updatedAt: sql`now()` })
-    .where(and(eq(projects.id, id), isNull(projects.deletedAt)));
+  await ctx.db.transaction(async (tx) => {
+    await visibleProject(tx, ctx, id);
+    await tx
+      .update(projects)
+      .set({ deletedAt: sql`now()`, updatedAt: sql`now()` })
+      .where(and(eq(projects.id, id), isNull(projects.deletedAt)));
+    await recordAudit(tx, ctx, { action: 'project.deleted', resource: { type: 'project', id } });
+  });
 }
 
 /** Archiving twice keeps the first `archived_at`. */
 export async function setArchived(ctx: ServiceContext, id: number, archived: boolean) {
   requireAdmin(ctx.principal);
-  await visibleProject(ctx.db, ctx, id);
-  const [row] = await ctx.db
-    .update(projects)
-    .set({
-      archivedAt: archived ? sql`coalesce(${projects.archivedAt}, now())` : null,
-      updatedAt: sql`now()`,
-    })
-    .where(eq(projects.id, id))
-    .returning();
-  return withLinks(ctx.db, row);
+  return ctx.db.transaction(async (tx) => {
+    await visibleProject(tx, ctx, id);
+    const [row] = await tx
+      .update(projects)
+      .set({
+        archivedAt: archived ? sql`coalesce(${projects.archivedAt}, now())` : null,
+        updatedAt: sql`now()`,
+      })
+      .where(eq(projects.id, id))
+      .returning();
+    await recordAudit(tx, ctx, {
+      action: archived ? 'project.archived' : 'project.unarchived',
+      resource: { type: 'project', id },
+      changedFields: ['archived_at'],
+    });
+    return withLinks(tx, row);
+  });
 }

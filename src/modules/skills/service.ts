@@ -1,4 +1,5 @@
 import { and, count, eq, exists, isNull, like, or, type SQL, sql } from 'drizzle-orm';
+import { fieldsOf, recordAudit } from '../../audit/record.js';
 import type { ServiceContext } from '../../core/context.js';
 import type { Queryable } from '../../db/client.js';
 import { agentSkills, type SkillRow, skillArtifactTypes, skills } from '../../db/schema/index.js';
@@ -119,6 +120,11 @@ export async function createSkill(ctx: ServiceContext, body: CreateSkillBody) {
         })
         .returning();
       await tx.insert(skillArtifactTypes).values(typeLinks(created.id, typeIds));
+      await recordAudit(tx, ctx, {
+        action: 'skill.created',
+        resource: { type: 'skill', id: created.id },
+        changedFields: fieldsOf(body),
+      });
       return created;
     }),
   );
@@ -152,6 +158,11 @@ export async function updateSkill(ctx: ServiceContext, id: number, body: UpdateS
     if (!row) throw notFound('Skill');
     if (typeIds)
       await replaceLinks(tx, skillArtifactTypes, skillArtifactTypes.skillId, id, typeLinks(id, typeIds));
+    await recordAudit(tx, ctx, {
+      action: 'skill.updated',
+      resource: { type: 'skill', id },
+      changedFields: fieldsOf(body),
+    });
     const [skill] = await withTypes(tx, [row]);
     return skill;
   });
@@ -168,5 +179,6 @@ export async function deleteSkill(ctx: ServiceContext, id: number) {
       .returning({ id: skills.id });
     if (!row) throw notFound('Skill');
     await tx.delete(agentSkills).where(eq(agentSkills.skillId, id));
+    await recordAudit(tx, ctx, { action: 'skill.deleted', resource: { type: 'skill', id } });
   });
 }

@@ -1,4 +1,5 @@
 import { and, count, eq, inArray, isNull, sql } from 'drizzle-orm';
+import { fieldsOf, recordAudit } from '../../audit/record.js';
 import type { ServiceContext } from '../../core/context.js';
 import { apiKeys, groupMembers, groups, users } from '../../db/schema/index.js';
 import { notFound } from '../../http/errors.js';
@@ -69,6 +70,11 @@ export async function createUser(ctx: ServiceContext, body: CreateUserBody) {
       .from(groups)
       .where(and(eq(groups.organizationId, orgId), eq(groups.isDefault, true)));
     if (group) await tx.insert(groupMembers).values({ groupId: group.id, userId: row.id });
+    await recordAudit(tx, ctx, {
+      action: 'user.created',
+      resource: { type: 'user', id: row.id },
+      changedFields: fieldsOf(body),
+    });
     return row.id;
   });
   return getUser(ctx, id);
@@ -76,12 +82,19 @@ export async function createUser(ctx: ServiceContext, body: CreateUserBody) {
 
 export async function updateUser(ctx: ServiceContext, id: number, body: UpdateUserBody) {
   requireAdmin(ctx.principal);
-  const [row] = await ctx.db
-    .update(users)
-    .set({ email: body.email, name: body.name, role: body.role, updatedAt: sql`now()` })
-    .where(and(eq(users.id, id), inOrg(ctx)))
-    .returning({ id: users.id });
-  if (!row) throw notFound('User');
+  await ctx.db.transaction(async (tx) => {
+    const [row] = await tx
+      .update(users)
+      .set({ email: body.email, name: body.name, role: body.role, updatedAt: sql`now()` })
+      .where(and(eq(users.id, id), inOrg(ctx)))
+      .returning({ id: users.id });
+    if (!row) throw notFound('User');
+    await recordAudit(tx, ctx, {
+      action: 'user.updated',
+      resource: { type: 'user', id },
+      changedFields: fieldsOf(body),
+    });
+  });
   return getUser(ctx, id);
 }
 
@@ -100,5 +113,6 @@ export async function deleteUser(ctx: ServiceContext, id: number) {
       .update(apiKeys)
       .set({ revokedAt: sql`now()` })
       .where(and(eq(apiKeys.userId, id), isNull(apiKeys.revokedAt)));
+    await recordAudit(tx, ctx, { action: 'user.deleted', resource: { type: 'user', id } });
   });
 }

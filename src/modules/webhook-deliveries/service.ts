@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { and, count, desc, eq, isNull, sql } from 'drizzle-orm';
+import { recordAudit } from '../../audit/record.js';
 import type { ServiceContext } from '../../core/context.js';
 import type { AppDeps } from '../../core/deps.js';
 import { projectWebhooks, type WebhookDeliveryRow, webhookDeliveries } from '../../db/schema/index.js';
@@ -113,6 +114,10 @@ export async function redeliver(
       .where(eq(webhookDeliveries.id, existing.id))
       .returning();
     await scheduleAttempt(jobs, { deliveryId: row.id, seq: row.scheduleSeq }, { db: tx });
+    await recordAudit(tx, ctx, {
+      action: 'webhook.redelivered',
+      resource: { type: 'webhook', id: webhook.id },
+    });
     return row;
   });
 }
@@ -156,6 +161,7 @@ export async function sendTestEvent(
       { deliveryId: row.id, seq: 0 },
       { db: tx, delayMs: LEASE_SECONDS * 1000 },
     );
+    await recordAudit(tx, ctx, { action: 'webhook.tested', resource: { type: 'webhook', id: webhook.id } });
     return row;
   });
   await attemptDelivery(deps, { deliveryId: created.id, seq: 0 }, ctx.log);
