@@ -13,6 +13,8 @@ import type {
   LanguageModelV3Usage,
 } from '@ai-sdk/provider';
 
+import { exampleOf } from './builtin-json.js';
+
 export const BUILTIN_PROVIDER = 'builtin';
 export const BUILTIN_MODEL_ID = 'scriptorium-offline';
 export const KNOWLEDGE_SEARCH_TOOL = 'knowledge_search';
@@ -115,6 +117,20 @@ export class BuiltinLanguageModel implements LanguageModelV3 {
 
 /** Decides the reply from the prompt and the offered tools; pure and deterministic. */
 export function planBuiltinReply(
+  options: Pick<LanguageModelV3CallOptions, 'prompt' | 'tools' | 'toolChoice' | 'responseFormat'>,
+): BuiltinReply {
+  const reply = planPlainReply(options);
+  // Asked for JSON (response_format): the final answer is a value of the schema's shape.
+  const format = options.responseFormat;
+  if (reply.kind === 'text' && format?.type === 'json')
+    return {
+      kind: 'text',
+      text: JSON.stringify(format.schema ? exampleOf(format.schema) : { answer: reply.text }),
+    };
+  return reply;
+}
+
+function planPlainReply(
   options: Pick<LanguageModelV3CallOptions, 'prompt' | 'tools' | 'toolChoice'>,
 ): BuiltinReply {
   const { prompt } = options;

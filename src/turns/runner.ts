@@ -19,6 +19,7 @@ import type { StreamHub } from '../streams/stream-hub.js';
 import type { TurnOutcomeLabel } from '../telemetry/metrics.js';
 import { genAiModel, type SpanHandle, traceModel, traceTools, withSpan } from '../telemetry/tracing.js';
 import { TurnTiming } from '../telemetry/turn-timing.js';
+import { TurnAdditions, type TurnAdditionsInput } from './additions.js';
 import { turnStreamKey } from './events.js';
 import { describeFailure, TURN_INTERRUPTED_MESSAGE, TurnCancelled, TurnFailure } from './failure.js';
 import { finishTurn, type TurnEnd } from './finish.js';
@@ -73,6 +74,8 @@ export interface TurnOptions {
   announceChat?: ChatView;
   /** When the request arrived (`requestArrival`), so the turn's timing counts from it. */
   arrivedAt?: number;
+  /** Issue 18: structured output, regeneration, attachments (additions.ts). */
+  additions?: TurnAdditionsInput;
 }
 
 /** How long a failed turn's end is retried while the database does not answer. */
@@ -181,29 +184,32 @@ export class TurnRunner {
       db.transaction(async (tx) => {
         // Both messages in one statement, then the lease pointing at them: a refused lease (409)
         // rolls the messages back with it.
+        const regenerate = options.additions?.regenerate;
         const inserted = await tx
           .insert(chatMessages)
           .values([
-            {
+            // A regeneration answers the chat's last user message again: only a new reply.
+            ...(regenerate ? [] : [{
               organizationId: principal.organizationId,
               chatId: plan.chat.id,
-              role: 'user',
+              role: 'user' as const,
               content,
               prompt: skill?.prompt ?? null,
-              status: 'completed',
+              status: 'completed' as const,
               completedAt: sql`now()`,
-            },
+            }]),
             {
               organizationId: principal.organizationId,
               chatId: plan.chat.id,
-              role: 'assistant',
+              role: 'assistant' as const,
               model: plan.configuration.model,
               modelConfigurationId: plan.configuration.id,
-              status: 'generating',
+              status: 'generating' as const,
+              regeneratesId: regenerate?.replacedMessageId ?? null,
             },
           ])
           .returning({ id: chatMessages.id, role: chatMessages.role });
-        const userMessageId = inserted.find((m) => m.role === 'user')!.id;
+        const userMessageId = regenerate?.userMessageId ?? inserted.find((m) => m.role === 'user')!.id;
         const assistantMessageId = inserted.find((m) => m.role === 'assistant')!.id;
         const turnId = await acquireTurnLease(tx, {
           organizationId: principal.organizationId,
@@ -357,6 +363,8 @@ export class TurnRunner {
       ),
     );
 
+    const additions = new TurnAdditions(options.additions ?? {});
+    let annotations = {};
     let text = '';
     let usedTools = false;
     const finishReasons: string[] = [];
@@ -371,6 +379,7 @@ export class TurnRunner {
             chatId: plan.chat.id,
             projectId: plan.project.id,
             text,
+            annotations,
             usage,
             charge: this.chargeOf(ctx, plan, ids.assistantMessageId),
             end,
@@ -401,7 +410,7 @@ export class TurnRunner {
       return { status: 'failed', error, timing };
     };
     try {
-      const stream = await this.startModel(ctx, plan, abort.signal, watchdog, timing);
+      const stream = await this.startModel(ctx, plan, abort.signal, watchdog, timing, additions);
       let failure: unknown = null;
       try {
         for await (const part of stream.fullStream) {
@@ -410,7 +419,7 @@ export class TurnRunner {
             if (!part.text) continue;
             timing.modelChunk();
             text += part.text;
-            await publish({ name: 'content', data: { content: part.text } });
+            if (!additions.holdsText) await publish({ name: 'content', data: { content: part.text } });
           } else if (part.type === 'tool-call') {
             timing.modelChunk();
             await publish({
@@ -456,6 +465,9 @@ export class TurnRunner {
         usage.inputTokens = total.inputTokens ?? usage.inputTokens;
         usage.outputTokens = total.outputTokens ?? usage.outputTokens;
       }
+      const model = () => ctx.models.languageModel(plan.configuration);
+      ({ text, annotations } = await additions.settle(text, usage, model, abort.signal));
+      if (additions.holdsText && text) await publish({ name: 'content', data: { content: text } });
 
       const row = await finish({ kind: 'completed' });
       if (!row) return await endRecordedElsewhere();
@@ -518,12 +530,13 @@ export class TurnRunner {
     signal: AbortSignal,
     watchdog: IdleWatchdog,
     timing: TurnTiming,
+    additions: TurnAdditions,
   ) {
     const { database, families, settings } = this.deps;
     const db = database.db;
     const { provider, model: modelName } = plan.configuration;
     const model = withBoundedRetries(
-      traceModel(ctx.models.languageModel(plan.configuration), provider, modelName),
+      traceModel(additions.model(ctx.models.languageModel(plan.configuration)), provider, modelName),
       { ...DEFAULT_RETRY_POLICY, retries: settings.maxRetries },
     );
     const scope: ToolScope = {
@@ -539,15 +552,10 @@ export class TurnRunner {
       plan.agent ? timing.db(skillsOfAgent(db, plan.agent.id)) : [],
       timing.db(conversationOf(db, plan.chat.id, settings.historyLimit)),
     ]);
-    const system = buildSystemPrompt({
-      project: plan.project,
-      agent: plan.agent,
-      skills,
-      toolNotes: toolSet.notes,
-    });
-    const messages: ModelMessage[] = history
-      .map((m) => ({ role: m.role, content: m.prompt ?? m.content }))
-      .filter((m) => m.content.length > 0);
+    const system = additions.system(
+      buildSystemPrompt({ project: plan.project, agent: plan.agent, skills, toolNotes: toolSet.notes }),
+    );
+    const messages: ModelMessage[] = await additions.modelMessages(db, history);
     watchdog.start();
     timing.modelRequest();
     return streamText({

@@ -40,6 +40,14 @@ export const chats = pgTable(
 );
 export type ChatRow = typeof chats.$inferSelect;
 
+export interface MessageCitation {
+  marker: number;
+  document_id: number;
+  document_name: string;
+  chunk_id: number | null;
+  quote: string;
+}
+
 export type ChatMessageStatus = 'generating' | 'completed' | 'failed' | 'cancelled';
 
 /**
@@ -73,6 +81,14 @@ export const chatMessages = pgTable(
     credits: numeric('credits', { precision: 20, scale: 6, mode: 'number' }).notNull().default(0),
     completedAt: tstz('completed_at'),
     createdAt: timestamps.createdAt,
+    /** With `response_format`: the reply's JSON value (its content is the JSON text). */
+    parsed: jsonb('parsed').$type<unknown>(),
+    /** Assistant messages: the `[n]` markers of the reply and the passages they cite (issue 18). */
+    citations: jsonb('citations').$type<MessageCitation[]>().notNull().default([]),
+    /** A regenerated reply: the reply it replaces once it completes. */
+    regeneratesId: integer('regenerates_id'),
+    /** A reply replaced by regeneration: the reply now in its place (every older version points at it). */
+    replacedById: integer('replaced_by_id'),
   },
   (t) => [index('chat_messages_chat_idx').on(t.chatId, t.id)],
 );

@@ -4,6 +4,7 @@ import { contextOf } from '../../http/context.js';
 import { PageQuery, pagination } from '../../http/pagination.js';
 import { IdParams, ok, v2Responses } from '../../http/schemas.js';
 import { requestArrival } from '../../telemetry/turn-timing.js';
+import { compileResponseFormat } from '../../turns/structured-output.js';
 import { MessageCreated, MessageList, SendMessageBody } from './schemas.js';
 import { listMessages, prepareTurn } from './service.js';
 import { awaitTurn, reattachStream, STREAM_NOTE, streamTurn } from './turn-http.js';
@@ -34,6 +35,7 @@ export async function messageRoutes(parent: FastifyInstance): Promise<void> {
       const arrivedAt = requestArrival(reply);
       const { content, stream } = request.body;
       requireContent(content);
+      const additions = { structured: compileResponseFormat(request.body.response_format) };
       const ctx = contextOf(request);
       if (request.idempotencyStream) {
         await reattachStream(
@@ -47,10 +49,16 @@ export async function messageRoutes(parent: FastifyInstance): Promise<void> {
       }
       const plan = await prepareTurn(ctx, request.params.id);
       if (stream) {
-        await streamTurn(request, reply, deps, () => deps.turns.begin(ctx, plan, content, { arrivedAt }), {});
+        await streamTurn(
+          request,
+          reply,
+          deps,
+          () => deps.turns.begin(ctx, plan, content, { arrivedAt, additions }),
+          {},
+        );
         return reply;
       }
-      const turn = await deps.turns.begin(ctx, plan, content, { arrivedAt });
+      const turn = await deps.turns.begin(ctx, plan, content, { arrivedAt, additions });
       const message = await awaitTurn(reply, turn, replyTimeoutMs);
       return { status: 'ok' as const, response: { message } };
     },

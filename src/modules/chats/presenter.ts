@@ -57,4 +57,6 @@ export const presentMessage = (row: MessageRow, executions: ToolExecutionRow[] =
       }
     : {}),
   ...(messageStatus(row) === 'cancelled' ? { cancelled: true as const } : {}),
+  citations: row.citations,
+  ...(row.parsed === null || row.parsed === undefined ? {} : { parsed: row.parsed }),
 });

@@ -1,10 +1,12 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import { contextOf } from '../../http/context.js';
+import { badRequest } from '../../http/errors.js';
 import { pagination } from '../../http/pagination.js';
 import { IdParams, ok, v2Responses } from '../../http/schemas.js';
 import { requestArrival } from '../../telemetry/turn-timing.js';
 import { chatOfStream } from '../../turns/reattach.js';
+import { compileResponseFormat } from '../../turns/structured-output.js';
 import { messageRoutes } from './messages-routes.js';
 import { presentChat } from './presenter.js';
 import { ChatCreated, ChatList, ChatListQuery, ChatRead, CreateChatBody } from './schemas.js';
@@ -36,6 +38,11 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const arrivedAt = requestArrival(reply);
       const { body } = request;
       if (body.content !== undefined) requireContent(body.content);
+      if (body.response_format !== undefined && body.content === undefined)
+        throw badRequest('response_format applies to a reply: send it with content', {
+          response_format: ['needs content'],
+        });
+      const additions = { structured: compileResponseFormat(body.response_format) };
       const ctx = contextOf(request);
       const repeated = request.idempotencyStream;
       if (repeated) {
@@ -61,13 +68,13 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
           request,
           reply,
           deps,
-          () => deps.turns.begin(ctx, plan, content, { announceChat: view, arrivedAt }),
+          () => deps.turns.begin(ctx, plan, content, { announceChat: view, arrivedAt, additions }),
           { announceChat: view },
         );
         return reply;
       }
       const extra = { chat_id: chat.id };
-      const turn = await deps.turns.begin(ctx, plan, content, { arrivedAt }).catch((err) => {
+      const turn = await deps.turns.begin(ctx, plan, content, { arrivedAt, additions }).catch((err) => {
         throw withExtra(err, extra);
       });
       const message = await awaitTurn(reply, turn, replyTimeoutMs, extra);

@@ -1,6 +1,7 @@
 import { type Static, Type } from '@sinclair/typebox';
 import { PageQuery, Pagination } from '../../http/pagination.js';
 import { Id, Nullable, Timestamp } from '../../http/schemas.js';
+import { ResponseFormat } from '../../turns/structured-output.js';
 
 export const ToolExecutionView = Type.Object(
   {
@@ -50,6 +51,17 @@ export const MessageTiming = Type.Object(
 );
 export type MessageTiming = Static<typeof MessageTiming>;
 
+export const Citation = Type.Object(
+  {
+    marker: Type.Integer({ minimum: 1, description: 'The `[n]` marker in the content' }),
+    document_id: Type.Integer(),
+    document_name: Type.String(),
+    chunk_id: Nullable(Type.Integer({ description: 'The passage (null when it no longer exists)' })),
+    quote: Type.String({ description: "The passage's text (at most 500 characters)" }),
+  },
+  { title: 'Citation' },
+);
+
 export const MessageView = Type.Object(
   {
     id: Type.Integer(),
@@ -67,6 +79,15 @@ export const MessageView = Type.Object(
     cancelled: Type.Optional(
       Type.Literal(true, {
         description: 'Present on a reply stopped by POST /chats/:id/cancel: content is what was generated',
+      }),
+    ),
+    citations: Type.Array(Citation, {
+      description:
+        'Assistant messages: the passages of `knowledge_search` the reply cites with `[n]` markers, in order of first appearance; `[]` when none',
+    }),
+    parsed: Type.Optional(
+      Type.Unknown({
+        description: 'A reply to a request with `response_format`: the JSON value its content holds',
       }),
     ),
   },
@@ -103,6 +124,7 @@ export const CreateChatBody = Type.Object(
     ),
     content: Type.Optional(Content),
     stream: Type.Optional(Stream),
+    response_format: Type.Optional(ResponseFormat),
   },
   { title: 'CreateChatBody' },
 );
@@ -112,6 +134,7 @@ export const SendMessageBody = Type.Object(
   {
     content: Content,
     stream: Type.Optional(Stream),
+    response_format: Type.Optional(ResponseFormat),
   },
   { title: 'SendMessageBody' },
 );

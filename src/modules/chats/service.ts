@@ -47,9 +47,13 @@ const ownedBy = (principal: OrgPrincipal) =>
  * What the model is given as the conversation: finished messages, and replies a cancel request
  * stopped (status `cancelled` without an error). A failed turn's messages never reach the model.
  */
-const conversationMessage = or(
-  eq(chatMessages.status, 'completed'),
-  and(eq(chatMessages.role, 'assistant'), eq(chatMessages.status, 'cancelled'), isNull(chatMessages.error)),
+export const conversationMessage = and(
+  or(
+    eq(chatMessages.status, 'completed'),
+    and(eq(chatMessages.role, 'assistant'), eq(chatMessages.status, 'cancelled'), isNull(chatMessages.error)),
+  ),
+  // A reply replaced by a regenerated one is only listed among its versions (regenerate.ts).
+  isNull(chatMessages.replacedById),
 );
 
 /**
@@ -57,7 +61,11 @@ const conversationMessage = or(
  * with `status: "failed"` so the user can tell their message was not answered (docs/decisions.md).
  * A reply still generating is not history yet.
  */
-const historyMessage = or(conversationMessage, eq(chatMessages.status, 'failed'));
+export const historyMessage = or(
+  conversationMessage,
+  // A failed regeneration leaves the reply it was to replace in place (docs/decisions.md).
+  and(eq(chatMessages.status, 'failed'), isNull(chatMessages.regeneratesId)),
+);
 
 export async function findChat(
   ctx: Pick<ServiceContext, 'db' | 'principal'>,

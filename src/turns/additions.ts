@@ -1,0 +1,80 @@
+import type { LanguageModelV3 } from '@ai-sdk/provider';
+import type { ModelMessage } from 'ai';
+import type { Queryable } from '../db/client.js';
+import type { MessageRow } from '../db/schema/index.js';
+import { modelMessagesOf } from './model-input.js';
+import type { Usage } from '../modules/credits/service.js';
+import {
+  type StructuredOutput,
+  settleStructuredOutput,
+  structuredOutputInstruction,
+  withStructuredOutput,
+} from './structured-output.js';
+
+/** What a turn's request added to the plain turn (issue 18): each optional. */
+export interface TurnAdditionsInput {
+  /** `response_format`, compiled. */
+  structured?: StructuredOutput;
+  /** POST .../messages/:message_id/regenerate: a new reply to this user message, replacing that reply. */
+  regenerate?: { userMessageId: number; replacedMessageId: number };
+}
+
+/** Fields of the assistant message written with the reply (finish.ts). */
+export type MessageAnnotations = Partial<Pick<MessageRow, 'parsed' | 'citations'>>;
+
+/**
+ * The hooks the turn runner calls for the issue-18 additions, so that runner.ts only calls them:
+ * the model and system prompt of a structured reply, whether text deltas are held back, and the
+ * reply's settling (validation, repair) before it is written.
+ */
+export class TurnAdditions {
+  constructor(private readonly input: TurnAdditionsInput) {}
+
+  /** A structured reply is streamed as one `content` event once valid, not delta by delta. */
+  get holdsText(): boolean {
+    return this.input.structured !== undefined;
+  }
+
+  /** The conversation as the model receives it (model-input.ts). */
+  modelMessages(db: Queryable, history: MessageRow[]): Promise<ModelMessage[]> {
+    return modelMessagesOf(db, history, { uptoMessageId: this.input.regenerate?.userMessageId });
+  }
+
+  system(base: string): string {
+    const { structured } = this.input;
+    return structured ? `${base}\n\n${structuredOutputInstruction(structured)}` : base;
+  }
+
+  model(model: LanguageModelV3): LanguageModelV3 {
+    const { structured } = this.input;
+    return structured ? withStructuredOutput(model, structured) : model;
+  }
+
+  /**
+   * The reply as it is written: validated (and repaired once) when structured. Adds a repair's
+   * tokens to `usage`.
+   */
+  async settle(
+    text: string,
+    usage: Usage,
+    repairModel: () => LanguageModelV3,
+    signal: AbortSignal,
+  ): Promise<{ text: string; annotations: MessageAnnotations }> {
+    const { structured } = this.input;
+    if (!structured) return { text, annotations: {} };
+    try {
+      const settled = await settleStructuredOutput(structured, text, { model: repairModel(), signal });
+      addUsage(usage, settled.usage);
+      return { text: settled.text, annotations: { parsed: settled.parsed } };
+    } catch (err) {
+      const spent = (err as { usage?: Usage }).usage;
+      if (spent) addUsage(usage, spent);
+      throw err;
+    }
+  }
+}
+
+function addUsage(usage: Usage, more: Usage) {
+  usage.inputTokens += more.inputTokens;
+  usage.outputTokens += more.outputTokens;
+}
