@@ -9,6 +9,7 @@ import { chatOfStream } from '../../turns/reattach.js';
 import { compileResponseFormat } from '../../turns/structured-output.js';
 import { messageRoutes } from './messages-routes.js';
 import { presentChat } from './presenter.js';
+import { regenerateRoutes } from './regenerate.js';
 import { ChatCreated, ChatList, ChatListQuery, ChatRead, CreateChatBody } from './schemas.js';
 import { archiveChat, createChat, findChat, listChats, messageCount } from './service.js';
 import { streamRoutes } from './stream-routes.js';
@@ -152,4 +153,5 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   await messageRoutes(app);
   await streamRoutes(app);
+  await regenerateRoutes(app);
 };
