@@ -35,6 +35,8 @@ export interface KnowledgePassage {
   score: number;
   text: string;
   heading_path?: string[];
+  /** The passage's number in the turn, cited as `[n]` (src/turns/citations.ts). */
+  marker?: number;
 }
 
 /** What the built-in model decided to do for one call; exported so callers can test the decision alone. */
@@ -220,7 +222,7 @@ function knowledgeAnswer(output: LanguageModelV3ToolResultOutput | unknown, quer
     .slice(0, MAX_QUOTED_PASSAGES)
     .map(
       ({ passage }) =>
-        `From "${passage.document_name}": "${shorten(singleLine(passage.text), MAX_PASSAGE_CHARS)}"`,
+        `From "${passage.document_name}"${passage.marker ? ` [${passage.marker}]` : ''}: "${shorten(singleLine(passage.text), MAX_PASSAGE_CHARS)}"`,
     );
   return [
     'These are the most relevant passages I found in the knowledge base:',
@@ -276,6 +278,7 @@ function toPassage(item: unknown): KnowledgePassage | null {
     text: item.text,
   };
   if (Array.isArray(item.heading_path)) passage.heading_path = item.heading_path.map(String);
+  if (typeof item.marker === 'number') passage.marker = item.marker;
   return passage;
 }
 

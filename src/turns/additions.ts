@@ -1,9 +1,11 @@
 import type { LanguageModelV3 } from '@ai-sdk/provider';
-import type { ModelMessage } from 'ai';
+import type { ModelMessage, Tool } from 'ai';
 import type { Queryable } from '../db/client.js';
 import type { MessageRow } from '../db/schema/index.js';
-import { modelMessagesOf } from './model-input.js';
+import { KNOWLEDGE_SEARCH_TOOL } from '../llm/builtin-model.js';
 import type { Usage } from '../modules/credits/service.js';
+import { CITATION_NOTE, PassageLedger } from './citations.js';
+import { modelMessagesOf } from './model-input.js';
 import {
   type StructuredOutput,
   settleStructuredOutput,
@@ -28,7 +30,17 @@ export type MessageAnnotations = Partial<Pick<MessageRow, 'parsed' | 'citations'
  * reply's settling (validation, repair) before it is written.
  */
 export class TurnAdditions {
+  /** The passages `knowledge_search` returned in this turn, numbered for `[n]` citations. */
+  private readonly passages = new PassageLedger();
+  private citing = false;
+
   constructor(private readonly input: TurnAdditionsInput) {}
+
+  /** The turn's tools, `knowledge_search` numbering its passages. */
+  tools(tools: Record<string, Tool>): Record<string, Tool> {
+    this.citing = KNOWLEDGE_SEARCH_TOOL in tools;
+    return this.passages.wrapTools(tools);
+  }
 
   /** A structured reply is streamed as one `content` event once valid, not delta by delta. */
   get holdsText(): boolean {
@@ -40,9 +52,13 @@ export class TurnAdditions {
     return modelMessagesOf(db, history, { uptoMessageId: this.input.regenerate?.userMessageId });
   }
 
+  /** The system prompt with the citation instruction (when knowledge_search is offered) and the schema. */
   system(base: string): string {
     const { structured } = this.input;
-    return structured ? `${base}\n\n${structuredOutputInstruction(structured)}` : base;
+    const parts = [base];
+    if (this.citing) parts.push(CITATION_NOTE);
+    if (structured) parts.push(structuredOutputInstruction(structured));
+    return parts.join('\n\n');
   }
 
   model(model: LanguageModelV3): LanguageModelV3 {
@@ -57,20 +73,27 @@ export class TurnAdditions {
   async settle(
     text: string,
     usage: Usage,
-    repairModel: () => LanguageModelV3,
-    signal: AbortSignal,
+    turn: { db: Queryable; organizationId: number; repairModel: () => LanguageModelV3; signal: AbortSignal },
   ): Promise<{ text: string; annotations: MessageAnnotations }> {
     const { structured } = this.input;
-    if (!structured) return { text, annotations: {} };
-    try {
-      const settled = await settleStructuredOutput(structured, text, { model: repairModel(), signal });
-      addUsage(usage, settled.usage);
-      return { text: settled.text, annotations: { parsed: settled.parsed } };
-    } catch (err) {
-      const spent = (err as { usage?: Usage }).usage;
-      if (spent) addUsage(usage, spent);
-      throw err;
+    const annotations: MessageAnnotations = {};
+    if (structured) {
+      try {
+        const settled = await settleStructuredOutput(structured, text, {
+          model: turn.repairModel(),
+          signal: turn.signal,
+        });
+        addUsage(usage, settled.usage);
+        text = settled.text;
+        annotations.parsed = settled.parsed;
+      } catch (err) {
+        const spent = (err as { usage?: Usage }).usage;
+        if (spent) addUsage(usage, spent);
+        throw err;
+      }
     }
+    annotations.citations = await this.passages.citationsOf(turn.db, turn.organizationId, text);
+    return { text, annotations };
   }
 }
 

@@ -189,15 +189,19 @@ export class TurnRunner {
           .insert(chatMessages)
           .values([
             // A regeneration answers the chat's last user message again: only a new reply.
-            ...(regenerate ? [] : [{
-              organizationId: principal.organizationId,
-              chatId: plan.chat.id,
-              role: 'user' as const,
-              content,
-              prompt: skill?.prompt ?? null,
-              status: 'completed' as const,
-              completedAt: sql`now()`,
-            }]),
+            ...(regenerate
+              ? []
+              : [
+                  {
+                    organizationId: principal.organizationId,
+                    chatId: plan.chat.id,
+                    role: 'user' as const,
+                    content,
+                    prompt: skill?.prompt ?? null,
+                    status: 'completed' as const,
+                    completedAt: sql`now()`,
+                  },
+                ]),
             {
               organizationId: principal.organizationId,
               chatId: plan.chat.id,
@@ -465,8 +469,12 @@ export class TurnRunner {
         usage.inputTokens = total.inputTokens ?? usage.inputTokens;
         usage.outputTokens = total.outputTokens ?? usage.outputTokens;
       }
-      const model = () => ctx.models.languageModel(plan.configuration);
-      ({ text, annotations } = await additions.settle(text, usage, model, abort.signal));
+      ({ text, annotations } = await additions.settle(text, usage, {
+        db,
+        organizationId: ctx.principal.organizationId,
+        repairModel: () => ctx.models.languageModel(plan.configuration),
+        signal: abort.signal,
+      }));
       if (additions.holdsText && text) await publish({ name: 'content', data: { content: text } });
 
       const row = await finish({ kind: 'completed' });
@@ -552,6 +560,7 @@ export class TurnRunner {
       plan.agent ? timing.db(skillsOfAgent(db, plan.agent.id)) : [],
       timing.db(conversationOf(db, plan.chat.id, settings.historyLimit)),
     ]);
+    const tools = additions.tools(toolSet.tools);
     const system = additions.system(
       buildSystemPrompt({ project: plan.project, agent: plan.agent, skills, toolNotes: toolSet.notes }),
     );
@@ -562,7 +571,7 @@ export class TurnRunner {
       model,
       system,
       messages,
-      tools: traceTools(pausingWatchdog(toolSet.tools, watchdog)),
+      tools: traceTools(pausingWatchdog(tools, watchdog)),
       stopWhen: stepCountIs(settings.maxSteps),
       // Retried by withBoundedRetries: a failing provider is reported within seconds.
       maxRetries: 0,
