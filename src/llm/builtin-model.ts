@@ -14,6 +14,7 @@ import type {
 } from '@ai-sdk/provider';
 
 import { exampleOf } from './builtin-json.js';
+import { IMAGE_FORMAT_NAMES, imageInfo } from './image-info.js';
 
 export const BUILTIN_PROVIDER = 'builtin';
 export const BUILTIN_MODEL_ID = 'scriptorium-offline';
@@ -122,14 +123,51 @@ export function planBuiltinReply(
   options: Pick<LanguageModelV3CallOptions, 'prompt' | 'tools' | 'toolChoice' | 'responseFormat'>,
 ): BuiltinReply {
   const reply = planPlainReply(options);
+  if (reply.kind !== 'text') return reply;
   // Asked for JSON (response_format): the final answer is a value of the schema's shape.
   const format = options.responseFormat;
-  if (reply.kind === 'text' && format?.type === 'json')
+  if (format?.type === 'json')
     return {
       kind: 'text',
       text: JSON.stringify(format.schema ? exampleOf(format.schema) : { answer: reply.text }),
     };
-  return reply;
+  // What came with the question (attachments): said first, as far as an offline model can tell.
+  const lastUser = options.prompt.findLast((message) => message.role === 'user');
+  const seen = lastUser ? describeAttachments(lastUser) : [];
+  if (seen.length === 0) return reply;
+  return { kind: 'text', text: ['You attached:', ...seen.map((s) => `- ${s}`), '', reply.text].join('\n') };
+}
+
+/** Each attachment of a user message in a line: an image's type and pixel size, a document's name and length. */
+export function describeAttachments(message: LanguageModelV3Message): string[] {
+  if (message.role !== 'user') return [];
+  const lines: string[] = [];
+  for (const part of message.content) {
+    if (part.type === 'file' && part.mediaType.startsWith('image/')) {
+      const bytes =
+        part.data instanceof Uint8Array
+          ? part.data
+          : typeof part.data === 'string'
+            ? Buffer.from(part.data, 'base64')
+            : null;
+      const info = bytes ? imageInfo(bytes) : null;
+      lines.push(
+        info && bytes
+          ? `an image: ${IMAGE_FORMAT_NAMES[info.mediaType]}, ${info.width}×${info.height} pixels (${bytes.byteLength} bytes)`
+          : `an image (${part.mediaType}) I cannot read`,
+      );
+    } else if (part.type === 'text' && isAttachmentPart(part)) {
+      const name = /name="([^"]*)"/.exec(part.text)?.[1] ?? 'a document';
+      const words = countWords(part.text.replace(/^<[^>]*>|<\/[^>]*>$/g, ''));
+      lines.push(`the document "${name}" (${words} words of its text reached me)`);
+    }
+  }
+  return lines;
+}
+
+function isAttachmentPart(part: { providerOptions?: Record<string, unknown> }): boolean {
+  const scriptorium = part.providerOptions?.scriptorium as { attachment?: unknown } | undefined;
+  return scriptorium?.attachment === true;
 }
 
 function planPlainReply(
@@ -363,7 +401,7 @@ function messageText(message: LanguageModelV3Message, includeToolTraffic = false
   if (message.role === 'system') return message.content;
   const pieces: string[] = [];
   for (const part of message.content) {
-    if (part.type === 'text') pieces.push(part.text);
+    if (part.type === 'text' && !isAttachmentPart(part)) pieces.push(part.text);
     else if (includeToolTraffic && part.type === 'tool-call') pieces.push(JSON.stringify(part.input));
     else if (includeToolTraffic && part.type === 'tool-result') pieces.push(JSON.stringify(part.output));
   }

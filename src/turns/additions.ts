@@ -3,6 +3,7 @@ import type { ModelMessage, Tool } from 'ai';
 import type { Queryable } from '../db/client.js';
 import type { MessageRow } from '../db/schema/index.js';
 import { KNOWLEDGE_SEARCH_TOOL } from '../llm/builtin-model.js';
+import type { PreparedAttachment } from '../modules/chats/attachments.js';
 import type { Usage } from '../modules/credits/service.js';
 import { CITATION_NOTE, PassageLedger } from './citations.js';
 import { modelMessagesOf } from './model-input.js';
@@ -19,6 +20,8 @@ export interface TurnAdditionsInput {
   structured?: StructuredOutput;
   /** POST .../messages/:message_id/regenerate: a new reply to this user message, replacing that reply. */
   regenerate?: { userMessageId: number; replacedMessageId: number };
+  /** Checked attachments of the user message, stored with it (src/modules/chats/attachments.ts). */
+  attachments?: PreparedAttachment[];
 }
 
 /** Fields of the assistant message written with the reply (finish.ts). */

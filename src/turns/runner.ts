@@ -9,6 +9,7 @@ import { type AgentTool, chatMessages, chats } from '../db/schema/index.js';
 import { ApiError } from '../http/errors.js';
 import { DEFAULT_RETRY_POLICY, withBoundedRetries } from '../llm/bounded-retries.js';
 import { collectTools, type ToolFamilies, type ToolScope } from '../llm/tools/registry.js';
+import { storeAttachments } from '../modules/chats/attachments.js';
 import { presentMessage } from '../modules/chats/presenter.js';
 import type { ChatView, MessageView } from '../modules/chats/schemas.js';
 import { conversationOf, messageView, titleFrom } from '../modules/chats/service.js';
@@ -214,6 +215,12 @@ export class TurnRunner {
           ])
           .returning({ id: chatMessages.id, role: chatMessages.role });
         const userMessageId = regenerate?.userMessageId ?? inserted.find((m) => m.role === 'user')!.id;
+        const target = {
+          organizationId: principal.organizationId,
+          chatId: plan.chat.id,
+          messageId: userMessageId,
+        };
+        if (!regenerate) await storeAttachments(tx, target, options.additions?.attachments);
         const assistantMessageId = inserted.find((m) => m.role === 'assistant')!.id;
         const turnId = await acquireTurnLease(tx, {
           organizationId: principal.organizationId,

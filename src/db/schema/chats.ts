@@ -2,6 +2,7 @@ import { sql } from 'drizzle-orm';
 import { index, integer, jsonb, numeric, pgTable, text, uniqueIndex } from 'drizzle-orm/pg-core';
 import { id, timestamps, tstz } from './columns.js';
 import { apiKeys, modelConfigurations, organizations, projects, users } from './core.js';
+import { bytea, documents } from './documents.js';
 import { agents } from './management.js';
 
 /**
@@ -157,3 +158,40 @@ export const chatTurns = pgTable(
   ],
 );
 export type ChatTurnRow = typeof chatTurns.$inferSelect;
+
+export type ChatAttachmentType = 'document' | 'image';
+
+/**
+ * What a user message was sent with (issue 18): a knowledge-base document (its text goes to the
+ * model), or an image stored here once (sent to the model as an image part, served back only by
+ * GET /chats/:id/attachments/:id).
+ */
+export const chatAttachments = pgTable(
+  'chat_attachments',
+  {
+    id: id(),
+    organizationId: integer('organization_id')
+      .notNull()
+      .references(() => organizations.id),
+    chatId: integer('chat_id')
+      .notNull()
+      .references(() => chats.id),
+    messageId: integer('message_id')
+      .notNull()
+      .references(() => chatMessages.id),
+    /** Order within the message. */
+    position: integer('position').notNull(),
+    type: text('type', { enum: ['document', 'image'] })
+      .$type<ChatAttachmentType>()
+      .notNull(),
+    documentId: integer('document_id').references(() => documents.id, { onDelete: 'set null' }),
+    name: text('name'),
+    mediaType: text('media_type').notNull(),
+    sizeBytes: integer('size_bytes').notNull(),
+    /** Images only: the decoded bytes. */
+    data: bytea('data'),
+    createdAt: timestamps.createdAt,
+  },
+  (t) => [index('chat_attachments_message_idx').on(t.messageId, t.position)],
+);
+export type ChatAttachmentRow = typeof chatAttachments.$inferSelect;

@@ -5,6 +5,7 @@ import { PageQuery, pagination } from '../../http/pagination.js';
 import { IdParams, ok, v2Responses } from '../../http/schemas.js';
 import { requestArrival } from '../../telemetry/turn-timing.js';
 import { compileResponseFormat } from '../../turns/structured-output.js';
+import { ATTACHMENT_BODY_LIMIT, prepareAttachments } from './attachments.js';
 import { MessageCreated, MessageList, SendMessageBody } from './schemas.js';
 import { listMessages, prepareTurn } from './service.js';
 import { awaitTurn, reattachStream, STREAM_NOTE, streamTurn } from './turn-http.js';
@@ -21,6 +22,8 @@ export async function messageRoutes(parent: FastifyInstance): Promise<void> {
   app.post(
     '/chats/:id/messages',
     {
+      // Images come inline (up to ten of 5 MB each, in base64).
+      bodyLimit: ATTACHMENT_BODY_LIMIT,
       schema: {
         operationId: 'sendMessage',
         tags,
@@ -35,7 +38,7 @@ export async function messageRoutes(parent: FastifyInstance): Promise<void> {
       const arrivedAt = requestArrival(reply);
       const { content, stream } = request.body;
       requireContent(content);
-      const additions = { structured: compileResponseFormat(request.body.response_format) };
+      const structured = compileResponseFormat(request.body.response_format);
       const ctx = contextOf(request);
       if (request.idempotencyStream) {
         await reattachStream(
@@ -48,6 +51,8 @@ export async function messageRoutes(parent: FastifyInstance): Promise<void> {
         return reply;
       }
       const plan = await prepareTurn(ctx, request.params.id);
+      const attachments = await prepareAttachments(ctx, plan.project.id, request.body.attachments);
+      const additions = { structured, attachments };
       if (stream) {
         await streamTurn(
           request,

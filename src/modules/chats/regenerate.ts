@@ -9,6 +9,7 @@ import { contextOf } from '../../http/context.js';
 import { conflict, notFound } from '../../http/errors.js';
 import { Id, ok, v2Responses } from '../../http/schemas.js';
 import { requestArrival } from '../../telemetry/turn-timing.js';
+import { copyAttachments } from './attachments.js';
 import { presentChat } from './presenter.js';
 import { ChatCreated, MessageCreated, MessageView } from './schemas.js';
 import { conversationMessage, findChat, historyMessage, prepareTurn, presentMessages } from './service.js';
@@ -151,6 +152,7 @@ async function forkChat(ctx: ServiceContext, chatId: number, messageId: number) 
       await tx
         .insert(toolExecutions)
         .values(executions.map(({ id: _id, ...e }) => ({ ...e, messageId: idOf.get(e.messageId)! })));
+    await copyAttachments(tx, idOf, chat.id);
     await tx.update(chats).set({ updatedAt: sql`now()` }).where(eq(chats.id, chat.id));
     await recordAudit(tx, ctx, {
       action: 'chat.forked',

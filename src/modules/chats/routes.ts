@@ -7,6 +7,8 @@ import { IdParams, ok, v2Responses } from '../../http/schemas.js';
 import { requestArrival } from '../../telemetry/turn-timing.js';
 import { chatOfStream } from '../../turns/reattach.js';
 import { compileResponseFormat } from '../../turns/structured-output.js';
+import { attachmentRoutes } from './attachment-routes.js';
+import { ATTACHMENT_BODY_LIMIT, prepareAttachments } from './attachments.js';
 import { messageRoutes } from './messages-routes.js';
 import { presentChat } from './presenter.js';
 import { regenerateRoutes } from './regenerate.js';
@@ -26,6 +28,8 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/chats',
     {
+      // Images come inline (up to ten of 5 MB each, in base64).
+      bodyLimit: ATTACHMENT_BODY_LIMIT,
       schema: {
         operationId: 'createChat',
         tags,
@@ -43,7 +47,11 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
         throw badRequest('response_format applies to a reply: send it with content', {
           response_format: ['needs content'],
         });
-      const additions = { structured: compileResponseFormat(body.response_format) };
+      if (body.attachments !== undefined && body.content === undefined)
+        throw badRequest('attachments are sent with a message: send them with content', {
+          attachments: ['needs content'],
+        });
+      const structured = compileResponseFormat(body.response_format);
       const ctx = contextOf(request);
       const repeated = request.idempotencyStream;
       if (repeated) {
@@ -57,6 +65,9 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
         );
         return reply;
       }
+      // Checked before the chat exists, so a refused attachment creates nothing.
+      const attachments = await prepareAttachments(ctx, body.project_id, body.attachments);
+      const additions = { structured, attachments };
       const { chat, plan } = await createChat(ctx, body);
       const view = presentChat(chat);
       if (body.content === undefined) {
@@ -154,4 +165,5 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
   await messageRoutes(app);
   await streamRoutes(app);
   await regenerateRoutes(app);
+  await attachmentRoutes(app);
 };

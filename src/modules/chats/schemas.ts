@@ -2,6 +2,7 @@ import { type Static, Type } from '@sinclair/typebox';
 import { PageQuery, Pagination } from '../../http/pagination.js';
 import { Id, Nullable, Timestamp } from '../../http/schemas.js';
 import { ResponseFormat } from '../../turns/structured-output.js';
+import { AttachmentsInput, AttachmentView } from './attachments.js';
 
 export const ToolExecutionView = Type.Object(
   {
@@ -85,6 +86,10 @@ export const MessageView = Type.Object(
       description:
         'Assistant messages: the passages of `knowledge_search` the reply cites with `[n]` markers, in order of first appearance; `[]` when none',
     }),
+    attachments: Type.Array(AttachmentView, {
+      description:
+        'User messages: what was sent with the message (image bytes never; see GET .../attachments/:id); `[]` when none',
+    }),
     parsed: Type.Optional(
       Type.Unknown({
         description: 'A reply to a request with `response_format`: the JSON value its content holds',
@@ -125,6 +130,7 @@ export const CreateChatBody = Type.Object(
     content: Type.Optional(Content),
     stream: Type.Optional(Stream),
     response_format: Type.Optional(ResponseFormat),
+    attachments: Type.Optional(AttachmentsInput),
   },
   { title: 'CreateChatBody' },
 );
@@ -135,6 +141,7 @@ export const SendMessageBody = Type.Object(
     content: Content,
     stream: Type.Optional(Stream),
     response_format: Type.Optional(ResponseFormat),
+    attachments: Type.Optional(AttachmentsInput),
   },
   { title: 'SendMessageBody' },
 );

@@ -20,6 +20,7 @@ import { usableAgent } from '../../policies/agents.js';
 import { usableProject } from '../../policies/projects.js';
 import type { TurnPlan } from '../../turns/plan.js';
 import { CHAT_REFUSAL, chatModelConfiguration, chooseChatModel } from '../model-configurations/resolve.js';
+import { attachmentsOf } from './attachments.js';
 import { presentMessage } from './presenter.js';
 import type { ChatListQuery, CreateChatBody, MessageView } from './schemas.js';
 
@@ -185,11 +186,9 @@ async function executionsOf(db: Queryable, messageIds: number[]): Promise<Map<nu
 }
 
 export async function presentMessages(db: Queryable, rows: MessageRow[]): Promise<MessageView[]> {
-  const executions = await executionsOf(
-    db,
-    rows.map((r) => r.id),
-  );
-  return rows.map((row) => presentMessage(row, executions.get(row.id)));
+  const ids = rows.map((r) => r.id);
+  const [executions, attachments] = await Promise.all([executionsOf(db, ids), attachmentsOf(db, ids)]);
+  return rows.map((row) => presentMessage(row, executions.get(row.id), attachments.get(row.id)));
 }
 
 export async function messageView(db: Queryable, messageId: number): Promise<MessageView> {
