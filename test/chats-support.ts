@@ -208,6 +208,7 @@ export function expectMessageShape(
     ...(fresh ? { timing: expect.any(Object) } : {}),
     // Issue 18: every message carries its citations (`[]` without).
     citations: expect.any(Array),
+    attachments: expect.any(Array),
   });
 }
 

@@ -18,7 +18,10 @@ export interface EventSpec {
 
 /** A chat turn's events (spec 6.1): `POST /api/v2/chats...` with `stream: true` and `GET /chats/:id/stream`. */
 export const ChatStreamEvents = {
-  content: { summary: 'A chunk of assistant text', payload: Type.Object({ content: Type.String() }) },
+  content: {
+    summary: 'A chunk of assistant text; with `response_format`, the whole reply once validated (one event)',
+    payload: Type.Object({ content: Type.String() }),
+  },
   tool_start: {
     summary: 'A tool call begins',
     payload: Type.Object({
@@ -38,7 +41,8 @@ export const ChatStreamEvents = {
     }),
   },
   done: {
-    summary: 'The reply is complete; on POST /api/v2/chats also the chat',
+    summary:
+      'The reply is complete, with its `citations` (`[]` without) and, with `response_format`, `parsed`; on POST /api/v2/chats also the chat',
     payload: Type.Object({ message: MessageView, chat: Type.Optional(ChatView) }),
     final: true,
   },
@@ -52,7 +56,7 @@ export const ChatStreamEvents = {
 /** An artifact generation's or refinement's events (spec 6.2): `.../artifacts/stream` and `.../refine_stream`. */
 export const ArtifactStreamEvents = {
   chunk: {
-    summary: 'A chunk of artifact content',
+    summary: 'A chunk of artifact content; with `response_format`, the whole validated JSON (one event)',
     payload: Type.Object({ content: Type.String(), done: Type.Literal(false) }),
   },
   done: {
