@@ -631,7 +631,9 @@ describe('the built-in model with knowledge', () => {
     });
     expectStatus(res, 201);
     const { chat, message } = res.body.response;
-    expect(message.content).toContain('From "Handbook.pdf" [1]: "Holidays are requested through the HR portal."');
+    expect(message.content).toContain(
+      'From "Handbook.pdf" [1]: "Holidays are requested through the HR portal."',
+    );
     expect(message.tool_executions).toEqual([
       {
         id: expect.any(Number),
