@@ -44,6 +44,10 @@ describeAuthMatrix('v2', [
   { method: 'GET', url: '/api/v2/chats/1/messages' },
   { method: 'GET', url: '/api/v2/chats/1/stream' },
   { method: 'POST', url: '/api/v2/chats/1/cancel' },
+  { method: 'POST', url: '/api/v2/chats/1/messages/2/regenerate', body: {} },
+  { method: 'GET', url: '/api/v2/chats/1/messages/2/versions' },
+  { method: 'POST', url: '/api/v2/chats/1/fork', body: { message_id: 2 } },
+  { method: 'GET', url: '/api/v2/chats/1/attachments/2' },
 ]);
 
 const NO_PROVIDER = /built-in offline model.*No model provider is configured/s;
