@@ -1,7 +1,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { chatMessages, documentGroups, documents } from '../src/db/schema/index.js';
 import { addModel, type ChatTestApp, eventNames, postStream, startChatApp } from './chats-support.js';
-import { uploadAndProcess } from './fixtures/knowledge-helpers.js';
+import { createGroup, uploadAndProcess } from './fixtures/knowledge-helpers.js';
 import { call, createOrg, expectStatus, expectV2Error, type TestOrg } from './helpers/app.js';
 import { type FakeModelServer, startFakeModelServer } from './helpers/fake-model-server.js';
 
@@ -53,7 +53,8 @@ const history = async (org: TestOrg, chatId: number) => {
 
 const userMessagesSent = (body: any) => body.messages.filter((m: any) => m.role === 'user');
 
-describe('attachments', () => {
+// Several tests upload and process documents: slow on a loaded machine.
+describe('attachments', { timeout: 90_000 }, () => {
   it("a document's text and an image part reach the model; history shows them without bytes", async () => {
     const org = await orgWithFakeModel();
     const doc = await uploadAndProcess(
@@ -179,6 +180,10 @@ describe('attachments', () => {
     const invisible = await send([{ type: 'document', document_id: foreign.id }]);
     expectV2Error(invisible, 400, 'attachment_not_visible');
     expect(invisible.body.response.message).toContain(`Document ${foreign.id} is not visible`);
+    // Same organization, but in a group the project does not share.
+    const elsewhere = await createGroup(t, org, 'Elsewhere');
+    const outside = await uploadAndProcess(t, org.orgKey, 'outside.md', 'Another group.', [elsewhere]);
+    expectV2Error(await send([{ type: 'document', document_id: outside.id }]), 400, 'attachment_not_visible');
     const unprocessed = await send([{ type: 'document', document_id: queued.id }]);
     expectV2Error(unprocessed, 400, 'attachment_not_processed');
     expect(unprocessed.body.response.message).toContain('not processed (queued)');

@@ -46,7 +46,8 @@ const search = (query: string, id: string) => ({
   toolCalls: [{ id, name: 'knowledge_search', arguments: { query } }],
 });
 
-describe('citations', () => {
+// Each test uploads and processes documents: slow on a loaded machine.
+describe('citations', { timeout: 90_000 }, () => {
   it('numbers the passages for the model and resolves the markers of the reply', async () => {
     const { org, astro } = await orgWithDocuments();
     server.enqueue(search('vermilion astrolabe', 'call-1'), {
