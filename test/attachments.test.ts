@@ -1,9 +1,21 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { chatMessages, documentGroups, documents } from '../src/db/schema/index.js';
 import { addModel, type ChatTestApp, eventNames, postStream, startChatApp } from './chats-support.js';
-import { createGroup, uploadAndProcess } from './fixtures/knowledge-helpers.js';
+import { createGroup, uploadFile, waitForProcessing } from './fixtures/knowledge-helpers.js';
 import { call, createOrg, expectStatus, expectV2Error, type TestOrg } from './helpers/app.js';
 import { type FakeModelServer, startFakeModelServer } from './helpers/fake-model-server.js';
+
+/** Uploads and waits for processing (extraction runs in a child process: slow on a loaded machine). */
+async function uploadAndProcess(
+  t: Parameters<typeof uploadFile>[0],
+  key: string,
+  filename: string,
+  content: string,
+  groups?: number[],
+) {
+  const document = await uploadFile(t, key, filename, content, groups);
+  return waitForProcessing(t, key, document.id, 80_000);
+}
 
 /** Issue 18, attachments: documents and images sent with a message, over real HTTP to the fake model. */
 

@@ -1,8 +1,20 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { addModel, asInHistory, eventNames, postStream } from './chats-support.js';
-import { uploadAndProcess } from './fixtures/knowledge-helpers.js';
+import { uploadFile, waitForProcessing } from './fixtures/knowledge-helpers.js';
 import { call, createOrg, expectStatus, startTestServer, type TestApp } from './helpers/app.js';
 import { type FakeModelServer, startFakeModelServer } from './helpers/fake-model-server.js';
+
+/** Uploads and waits for processing (extraction runs in a child process: slow on a loaded machine). */
+async function uploadAndProcess(
+  t: Parameters<typeof uploadFile>[0],
+  key: string,
+  filename: string,
+  content: string,
+  groups?: number[],
+) {
+  const document = await uploadFile(t, key, filename, content, groups);
+  return waitForProcessing(t, key, document.id, 80_000);
+}
 
 /**
  * Issue 18, citations: the real knowledge tool numbers its passages, the model (the fake server)
