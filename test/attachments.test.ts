@@ -3,7 +3,11 @@ import { chatMessages, documentGroups, documents } from '../src/db/schema/index.
 import { addModel, type ChatTestApp, eventNames, postStream, startChatApp } from './chats-support.js';
 import { createGroup, uploadFile, waitForProcessing } from './fixtures/knowledge-helpers.js';
 import { call, createOrg, expectStatus, expectV2Error, type TestOrg } from './helpers/app.js';
-import { type FakeModelServer, startFakeModelServer } from './helpers/fake-model-server.js';
+import {
+  type FakeModelServer,
+  startFakeAnthropicServer,
+  startFakeModelServer,
+} from './helpers/fake-model-server.js';
 
 /** Uploads and waits for processing (extraction runs in a child process: slow on a loaded machine). */
 async function uploadAndProcess(
@@ -269,5 +273,42 @@ describe('attachments', { timeout: 90_000 }, () => {
     });
     expectStatus(image, 200);
     expect(image.raw.rawPayload.equals(GIF)).toBe(true);
+  });
+});
+
+describe('attachments through the Anthropic Messages API', () => {
+  let anthropic: FakeModelServer;
+  beforeAll(async () => {
+    anthropic = await startFakeAnthropicServer();
+  });
+  afterAll(() => anthropic.close());
+
+  it('the image reaches the model as a base64 image block, the document as text', async () => {
+    const org = await createOrg(t);
+    await addModel(t, org.organizationId, {
+      baseUrl: anthropic.baseUrl,
+      provider: 'anthropic',
+      model: 'claude-fake',
+      makeDefault: true,
+    });
+    anthropic.enqueue({ text: 'A tiny picture.' });
+    const res = await call(t, 'POST', '/api/v2/chats', {
+      key: org.orgKey,
+      body: {
+        project_id: org.projectId,
+        content: 'What is it?',
+        attachments: [{ type: 'image', data_url: PNG_URL }],
+      },
+    });
+    expectStatus(res, 201);
+    const [request] = anthropic.chatRequests();
+    const user = request.body.messages.find((m: any) => m.role === 'user');
+    expect(user.content).toEqual([
+      expect.objectContaining({ type: 'text', text: 'What is it?' }),
+      expect.objectContaining({
+        type: 'image',
+        source: { type: 'base64', media_type: 'image/png', data: PNG_BASE64 },
+      }),
+    ]);
   });
 });
