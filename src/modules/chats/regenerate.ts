@@ -2,7 +2,6 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import { and, asc, desc, eq, gt, inArray, lt, lte, sql } from 'drizzle-orm';
 import type { FastifyInstance } from 'fastify';
-import { recordAudit } from '../../audit/record.js';
 import type { ServiceContext } from '../../core/context.js';
 import { chatMessages, chats, type MessageRow, toolExecutions } from '../../db/schema/index.js';
 import { contextOf } from '../../http/context.js';
@@ -154,11 +153,6 @@ async function forkChat(ctx: ServiceContext, chatId: number, messageId: number) 
         .values(executions.map(({ id: _id, ...e }) => ({ ...e, messageId: idOf.get(e.messageId)! })));
     await copyAttachments(tx, idOf, chat.id);
     await tx.update(chats).set({ updatedAt: sql`now()` }).where(eq(chats.id, chat.id));
-    await recordAudit(tx, ctx, {
-      action: 'chat.forked',
-      resource: { type: 'chat', id: chat.id },
-      changedFields: [],
-    });
     return chat;
   });
 }
