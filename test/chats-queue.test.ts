@@ -95,18 +95,16 @@ function streamSend(
   return { ready: ready.promise, done };
 }
 
-/** A slow turn streaming in the first process; resolves once its first words arrived. */
-async function startSlowTurn(org: TestOrg, chatId: number) {
+/** A slow turn streaming in the first process, once its first words arrived: its read to the end. */
+async function startSlowTurn(org: TestOrg, chatId: number): Promise<{ done: Promise<SseRead> }> {
   const slow = streamSend(
     org,
     chatId,
     { content: 'slow story' },
-    {
-      readyWhen: (events) => events.some((e) => e.event === 'content'),
-    },
+    { readyWhen: (events) => events.some((e) => e.event === 'content') },
   );
   await slow.ready;
-  return slow.done;
+  return { done: slow.done };
 }
 
 const history = async (org: TestOrg, chatId: number) => {
@@ -152,7 +150,7 @@ describe('if_busy', () => {
     const org = await orgWithFakeModel();
     echoReplies();
     const chatId = await newChat(org);
-    const slow = await startSlowTurn(org, chatId);
+    const { done: slow } = await startSlowTurn(org, chatId);
     for (const body of [{ content: 'Hello?' }, { content: 'Hello?', if_busy: 'reject' }]) {
       const res = await send(org, chatId, body);
       expectV2Error(res, 409, 'turn_in_progress');
@@ -188,7 +186,7 @@ describe('if_busy', () => {
     const org = await orgWithFakeModel();
     echoReplies();
     const chatId = await newChat(org);
-    const slow = await startSlowTurn(org, chatId);
+    const { done: slow } = await startSlowTurn(org, chatId);
     const streams: Promise<SseRead>[] = [];
     for (const content of ['one', 'two', 'three']) {
       const queued = streamSend(org, chatId, { content, if_busy: 'enqueue' });
@@ -240,7 +238,7 @@ describe('if_busy', () => {
     const org = await orgWithFakeModel();
     echoReplies();
     const chatId = await newChat(org);
-    const slow = await startSlowTurn(org, chatId);
+    const { done: slow } = await startSlowTurn(org, chatId);
     const [here, there] = await Promise.all([
       send(org, chatId, { content: 'here', if_busy: 'enqueue' }),
       sleep(300).then(() => send(org, chatId, { content: 'there', if_busy: 'enqueue' }, second.api)),
@@ -264,7 +262,7 @@ describe('if_busy', () => {
     const org = await orgWithFakeModel();
     echoReplies();
     const chatId = await newChat(org);
-    const slow = await startSlowTurn(org, chatId);
+    const { done: slow } = await startSlowTurn(org, chatId);
     // A streamed waiter and a blocking waiter, then eight more that disconnect once queued.
     const streamed = streamSend(org, chatId, { content: 'm1', if_busy: 'enqueue' });
     await streamed.ready;
@@ -340,7 +338,7 @@ describe('if_busy', () => {
     const org = await orgWithFakeModel();
     echoReplies();
     const chatId = await newChat(org);
-    const slow = await startSlowTurn(org, chatId);
+    const { done: slow } = await startSlowTurn(org, chatId);
     const queued = streamSend(org, chatId, { content: 'waiting', if_busy: 'enqueue' });
     await queued.ready;
     // From the other process: the turn runs in the first one.
@@ -368,7 +366,7 @@ describe('if_busy', () => {
     expect(shown[1]).toMatchObject({ status: 'cancelled', cancelled: true });
 
     // Streamed interrupt: no queued event, the new turn's events.
-    const slow2 = await startSlowTurn(org, chatId);
+    const { done: slow2 } = await startSlowTurn(org, chatId);
     const streamedUrgent = await streamSend(org, chatId, { content: 'urgent again', if_busy: 'interrupt' })
       .done;
     expect(names(streamedUrgent)[0]).toBe('content');
@@ -380,7 +378,7 @@ describe('if_busy', () => {
     const org = await orgWithFakeModel();
     echoReplies();
     const chatId = await newChat(org);
-    const slow = await startSlowTurn(org, chatId);
+    const { done: slow } = await startSlowTurn(org, chatId);
     const broke = send(org, chatId, { content: 'no money', if_busy: 'enqueue' });
     await expect.poll(async () => (await queueOf(org, chatId)).length).toBe(1);
     await t.deps.database.db
@@ -395,7 +393,7 @@ describe('if_busy', () => {
       .set({ creditBalance: 1000 })
       .where(eq(organizations.id, org.organizationId));
 
-    const slow2 = await startSlowTurn(org, chatId);
+    const { done: slow2 } = await startSlowTurn(org, chatId);
     const blocking = send(org, chatId, { content: 'to drop', if_busy: 'enqueue' });
     const streamed = streamSend(org, chatId, { content: 'to drop too', if_busy: 'enqueue' });
     await streamed.ready;
