@@ -111,9 +111,8 @@ export type CreateChatBody = Static<typeof CreateChatBody>;
 export const IfBusy = Type.Union(
   [Type.Literal('reject'), Type.Literal('enqueue'), Type.Literal('interrupt')],
   {
-    default: 'reject',
     description:
-      'What to do when a turn of the chat is running: `reject` answers 409 (with `response.running_turn`); `enqueue` stores the message and runs it when the chat is free, in arrival order (at most 10 waiting, else 409 `queue_full`); `interrupt` cancels the running turn (its partial reply kept, as POST /cancel does) and runs this message next. A free chat runs the message at once whatever the policy.',
+      'Default `reject`. What to do when a turn of the chat is running: `reject` answers 409 (with `response.running_turn`); `enqueue` stores the message and runs it when the chat is free, in arrival order (at most 10 waiting, else 409 `queue_full`); `interrupt` cancels the running turn (its partial reply kept, as POST /cancel does) and runs this message next. A free chat runs the message at once whatever the policy.',
   },
 );
 
