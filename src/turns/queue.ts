@@ -163,15 +163,17 @@ export class ChatQueue {
   async follow(
     messageId: number,
     options: { deadline?: number; signal?: AbortSignal } = {},
-  ): Promise<QueuedFate | 'timeout' | 'aborted'> {
+  ): Promise<QueuedFate | 'timeout' | 'aborted' | 'closing'> {
     this.listen();
     for (;;) {
+      if (this.closed) return 'closing';
       const [row] = await this.db
         .select({ status: queued.status, turnId: queued.turnId, error: queued.error })
         .from(queued)
         .where(eq(queued.id, messageId));
       const fate = this.fateOf(messageId, row);
       if (fate) return fate;
+      if (this.closed) return 'closing';
       if (options.signal?.aborted) return 'aborted';
       const left = (options.deadline ?? Number.POSITIVE_INFINITY) - Date.now();
       if (left <= 0) return 'timeout';
@@ -410,11 +412,16 @@ export class ChatQueue {
     await Promise.allSettled([...this.kicking.values()]);
   }
 
-  /** Stops starting turns (the process is stopping); queued messages wait for another process. */
+  /**
+   * Stops starting turns (the process is stopping; called before the HTTP server waits for its
+   * connections): queued messages wait for another process, or this one once restarted, and the
+   * clients waiting here are answered at once (`follow` gives 'closing').
+   */
   async close(): Promise<void> {
     this.closed = true;
     for (const stop of this.watched.values()) stop();
     this.watched.clear();
+    for (const messageId of [...this.waiters.keys()]) this.wake(messageId);
     await Promise.allSettled([...this.kicking.values()]);
   }
 }

@@ -77,6 +77,7 @@ export async function sendWhenBusy(
 
   if (!send.stream) {
     const fate = await deps.chatQueue.follow(entry.id, { deadline });
+    if (fate === 'closing') throw shuttingDown();
     if (fate === 'timeout' || fate === 'aborted') throw replyTimeout(deps.config.replyTimeoutMs);
     if (fate.kind === 'refused') throw fate.error;
     if (fate.outcome) return awaitOutcome(reply, fate.outcome, deadline, deps.config.replyTimeoutMs);
@@ -90,16 +91,23 @@ export async function sendWhenBusy(
   // A client that leaves stops waiting; its message stays queued and runs.
   const left = new AbortController();
   void sse.closedPromise().then(() => left.abort());
-  const fate = await deps.chatQueue.follow(entry.id, { signal: left.signal });
+  const fate = await deps.chatQueue.follow(entry.id, { signal: left.signal }).catch((err: unknown) => {
+    // The stream is open: a failure to read the message's state (the database) is an error event.
+    reply.log.error({ err }, 'could not follow a queued message');
+    sse.send('error', chatError('Could not follow the queued message; it stays queued', 500).data);
+    return 'aborted' as const;
+  });
   if (fate === 'timeout' || fate === 'aborted') {
     sse.end();
     return undefined;
   }
-  if (fate.kind === 'refused') {
-    const { error } = fate;
-    await releaseIdempotencyKey(request).catch((err) =>
-      request.log.error({ err }, 'could not release the Idempotency-Key of a refused message'),
-    );
+  if (fate === 'closing' || fate.kind === 'refused') {
+    const error = fate === 'closing' ? shuttingDown() : fate.error;
+    // A refused message may be sent again with the same key; one still queued (closing) may not.
+    if (fate !== 'closing')
+      await releaseIdempotencyKey(request).catch((err) =>
+        request.log.error({ err }, 'could not release the Idempotency-Key of a refused message'),
+      );
     sse.send('error', { ...chatError(error.message, error.status).data, error: error.code });
     sse.end();
     return undefined;
@@ -135,6 +143,14 @@ async function interruptRunningTurn(ctx: ServiceContext, deps: Deps, chatId: num
     .catch((err) => ctx.log.warn({ err }, 'the interrupted turn did not confirm its cancellation'))
     .finally(() => chatQueue.kick(chatId));
 }
+
+/** A waiting client of a process that stops: its message stays queued and runs elsewhere. */
+const shuttingDown = () =>
+  new ApiError(
+    503,
+    'shutting_down',
+    'This server is shutting down; the message stays queued and runs on another server process (GET /api/v2/chats/:id/stream follows it once started)',
+  );
 
 const replyTimeout = (timeoutMs: number) =>
   new ApiError(504, 'reply_timeout', replyTimeoutMessage(timeoutMs));
