@@ -374,6 +374,23 @@ describe('if_busy', () => {
     expect((await slow2).events.at(-1)!.data.message.cancelled).toBe(true);
   });
 
+  it('a process that stops answers its waiting clients 503; their messages stay queued and run on another', async () => {
+    const org = await orgWithFakeModel();
+    echoReplies();
+    const chatId = await newChat(org);
+    const { done: slow } = await startSlowTurn(org, chatId);
+    const third = await startSecondProcess(t);
+    const blocking = send(org, chatId, { content: 'outlives its process', if_busy: 'enqueue' }, third.api);
+    await expect.poll(async () => (await queueOf(org, chatId)).length).toBe(1);
+    await third.close();
+    expectV2Error(await blocking, 503, 'shutting_down');
+    expect((await queueOf(org, chatId)).map((q) => q.content)).toEqual(['outlives its process']);
+    await slow;
+    await expect
+      .poll(async () => (await history(org, chatId)).map((m) => m.content), { timeout: 10_000 })
+      .toEqual(['slow story', SLOW_REPLY, 'outlives its process', 'Echo: outlives its process']);
+  });
+
   it('credits are checked when the queued turn starts (402); archiving drops the queue (404 for its waiting clients)', async () => {
     const org = await orgWithFakeModel();
     echoReplies();
