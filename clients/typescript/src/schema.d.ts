@@ -2450,6 +2450,27 @@ export interface components {
             status: "ok";
             response: components["schemas"]["MessageCreated"];
         };
+        /** BusyChatError */
+        BusyChatError: {
+            /** @enum {string} */
+            status: "error";
+            response: {
+                /** @description The HTTP status */
+                code: number;
+                /** @description `turn_in_progress`, `queue_full` or `dequeued` */
+                error: string;
+                message: string;
+                /** @description With `turn_in_progress`: the turn holding the chat */
+                running_turn?: {
+                    /** @description The running turn */
+                    id: number;
+                    /** @description Its stream: the path of GET /api/v2/chats/:id/stream */
+                    stream_url: string;
+                };
+            } & {
+                [key: string]: unknown;
+            };
+        };
         /** QueuedMessage */
         QueuedMessage: {
             /** @description The id of the waiting message (its chat message gets its own id once its turn starts) */
@@ -2870,9 +2891,26 @@ export interface operations {
             402: components["responses"]["V2PaymentRequired"];
             403: components["responses"]["V2Forbidden"];
             404: components["responses"]["V2NotFound"];
-            409: components["responses"]["V2Conflict"];
+            /** @description Conflicts with the current state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BusyChatError"];
+                };
+            };
             429: components["responses"]["V2TooManyRequests"];
             500: components["responses"]["V2InternalError"];
+            /** @description Not ready */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["V2Error"];
+                };
+            };
             504: components["responses"]["V2GatewayTimeout"];
         };
     };

@@ -2,10 +2,10 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { contextOf } from '../../http/context.js';
 import { PageQuery, pagination } from '../../http/pagination.js';
-import { IdParams, ok, v2Responses } from '../../http/schemas.js';
+import { IdParams, ok, V2Error, v2Responses } from '../../http/schemas.js';
 import { requestArrival } from '../../telemetry/turn-timing.js';
 import { sendWhenBusy } from './busy-http.js';
-import { MessageCreated, MessageList, SendMessageBody } from './schemas.js';
+import { BusyChatError, MessageCreated, MessageList, SendMessageBody } from './schemas.js';
 import { listMessages, prepareTurn } from './service.js';
 import { awaitTurn, reattachStream, STREAM_NOTE, streamTurn } from './turn-http.js';
 import { requireContent } from './validation.js';
@@ -28,7 +28,7 @@ export async function messageRoutes(parent: FastifyInstance): Promise<void> {
         description: `${STREAM_NOTE} A message starting with a skill's slash command runs that skill.`,
         params: IdParams,
         body: SendMessageBody,
-        response: v2Responses({ 200: ok(MessageCreated) }),
+        response: { ...v2Responses({ 200: ok(MessageCreated) }), 409: BusyChatError, 503: V2Error },
       },
     },
     async (request, reply) => {

@@ -146,3 +146,30 @@ export const MessageList = Type.Object(
   { messages: Type.Array(MessageView), pagination: Pagination },
   { title: 'MessageList' },
 );
+
+/** The 409 of POST /chats/:id/messages: a busy chat (`turn_in_progress`, naming the running turn), `queue_full`, `dequeued`. */
+export const BusyChatError = Type.Object(
+  {
+    status: Type.Literal('error'),
+    response: Type.Object(
+      {
+        code: Type.Integer({ description: 'The HTTP status' }),
+        error: Type.String({ description: '`turn_in_progress`, `queue_full` or `dequeued`' }),
+        message: Type.String(),
+        running_turn: Type.Optional(
+          Type.Object(
+            {
+              id: Type.Integer({ description: 'The running turn' }),
+              stream_url: Type.String({
+                description: 'Its stream: the path of GET /api/v2/chats/:id/stream',
+              }),
+            },
+            { description: 'With `turn_in_progress`: the turn holding the chat' },
+          ),
+        ),
+      },
+      { additionalProperties: true },
+    ),
+  },
+  { title: 'BusyChatError' },
+);
