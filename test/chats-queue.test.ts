@@ -374,6 +374,28 @@ describe('if_busy', () => {
     expect((await slow2).events.at(-1)!.data.message.cancelled).toBe(true);
   });
 
+  it('a key revoked while its message waits: the message does not run (403 for its client)', async () => {
+    const org = await orgWithFakeModel();
+    echoReplies();
+    const created = await call(t, 'POST', '/api/v1/api_keys', {
+      key: org.orgKey,
+      body: { kind: 'organization' },
+    });
+    expectStatus(created, 201);
+    const keyed: TestOrg = { ...org, orgKey: created.body.key };
+    const chatId = await newChat(keyed);
+    const { done: slow } = await startSlowTurn(keyed, chatId);
+    const waiting = send(keyed, chatId, { content: 'after revocation', if_busy: 'enqueue' });
+    await expect.poll(async () => (await queueOf(keyed, chatId)).length).toBe(1);
+    expectStatus(
+      await call(t, 'DELETE', `/api/v1/api_keys/${created.body.api_key.id}`, { key: org.orgKey }),
+      200,
+    );
+    await slow;
+    expectV2Error(await waiting, 403, 'invalid_api_key');
+    expect(server.chatRequests().map(lastUserText)).toEqual(['slow story']);
+  });
+
   it('a process that stops answers its waiting clients 503; their messages stay queued and run on another', async () => {
     const org = await orgWithFakeModel();
     echoReplies();

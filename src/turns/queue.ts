@@ -1,7 +1,15 @@
-import { and, count, eq, sql } from 'drizzle-orm';
+import { and, count, eq, isNull, or, sql } from 'drizzle-orm';
 import type { FastifyBaseLogger } from 'fastify';
 import { type ServiceContext, type ServiceResources, serviceContext } from '../core/context.js';
-import { chats, chatTurns, type QueuedMessageRow, chatQueuedMessages as queued } from '../db/schema/index.js';
+import {
+  apiKeys,
+  chats,
+  chatTurns,
+  organizations,
+  type QueuedMessageRow,
+  chatQueuedMessages as queued,
+  users,
+} from '../db/schema/index.js';
 import { ApiError, conflict, notFound, toApiError } from '../http/errors.js';
 import { formatTimestamp } from '../http/timestamps.js';
 import type { MessageView } from '../modules/chats/schemas.js';
@@ -305,6 +313,8 @@ export class ChatQueue {
       }),
     );
     try {
+      if (!(await this.keyStillValid(row.principal.keyId)))
+        throw new ApiError(403, 'invalid_api_key', 'Invalid or revoked API key');
       const plan = await prepareTurn(ctx, row.chatId);
       const turn = await this.deps.turns.begin(ctx, plan, row.content, {
         onLeased: async (tx, ids) => {
@@ -336,6 +346,24 @@ export class ChatQueue {
       if (failed.length > 0) this.announce(row.id);
       return 'next';
     }
+  }
+
+  /** The key that queued a message may still act (as src/http/auth.ts checks a request's key). */
+  private async keyStillValid(keyId: number): Promise<boolean> {
+    const [key] = await this.db
+      .select({ id: apiKeys.id })
+      .from(apiKeys)
+      .leftJoin(organizations, eq(organizations.id, apiKeys.organizationId))
+      .leftJoin(users, eq(users.id, apiKeys.userId))
+      .where(
+        and(
+          eq(apiKeys.id, keyId),
+          isNull(apiKeys.revokedAt),
+          or(isNull(apiKeys.organizationId), eq(organizations.active, true)),
+          or(isNull(apiKeys.userId), isNull(users.deletedAt)),
+        ),
+      );
+    return key !== undefined;
   }
 
   /**
