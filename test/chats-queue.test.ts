@@ -374,6 +374,24 @@ describe('if_busy', () => {
     expect((await slow2).events.at(-1)!.data.message.cancelled).toBe(true);
   });
 
+  it('a blocking enqueue answers 504 at the reply timeout (queue time included); its message still runs', async () => {
+    const org = await orgWithFakeModel();
+    echoReplies();
+    const chatId = await newChat(org);
+    const { done: slow } = await startSlowTurn(org, chatId);
+    const impatient = await startSecondProcess(t, { config: { ...t.deps.config, replyTimeoutMs: 1000 } });
+    try {
+      const res = await send(org, chatId, { content: 'patience', if_busy: 'enqueue' }, impatient.api);
+      expectV2Error(res, 504, 'reply_timeout');
+    } finally {
+      await impatient.close();
+    }
+    await slow;
+    await expect
+      .poll(async () => (await history(org, chatId)).map((m) => m.content), { timeout: 10_000 })
+      .toEqual(['slow story', SLOW_REPLY, 'patience', 'Echo: patience']);
+  });
+
   it('a key revoked while its message waits: the message does not run (403 for its client)', async () => {
     const org = await orgWithFakeModel();
     echoReplies();
