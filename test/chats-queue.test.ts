@@ -392,6 +392,42 @@ describe('if_busy', () => {
       .toEqual(['slow story', SLOW_REPLY, 'patience', 'Echo: patience']);
   });
 
+  it('Idempotency-Key on a streamed enqueue: a repeat while queued is 409; once started it reattaches to its turn', async () => {
+    const org = await orgWithFakeModel();
+    echoReplies();
+    const chatId = await newChat(org);
+    const { done: slow } = await startSlowTurn(org, chatId);
+    const headers = { 'idempotency-key': `queue-${chatId}` };
+    const body = { content: 'once only', stream: true, if_busy: 'enqueue' };
+    const url = `${t.baseUrl}/api/v2/chats/${chatId}/messages`;
+    const ready = signal();
+    const first = readSse(url, {
+      key: org.orgKey,
+      body,
+      headers,
+      onProgress: (events) => {
+        if (events.length > 0) ready.resolve();
+      },
+    });
+    await ready.promise;
+    const repeat = await readSse(url, { key: org.orgKey, body, headers });
+    expect(repeat.status).toBe(409);
+    expect(repeat.body.response.error).toBe('idempotency_request_in_progress');
+    await slow;
+    const read = await first;
+    expect(textOf(read)).toBe('Echo: once only');
+    const again = await readSse(url, { key: org.orgKey, body, headers });
+    expect(again.status).toBe(200);
+    expect(textOf(again)).toBe('Echo: once only');
+    expect(names(again).at(-1)).toBe('done');
+    expect((await history(org, chatId)).map((m) => m.content)).toEqual([
+      'slow story',
+      SLOW_REPLY,
+      'once only',
+      'Echo: once only',
+    ]);
+  });
+
   it('a key revoked while its message waits: the message does not run (403 for its client)', async () => {
     const org = await orgWithFakeModel();
     echoReplies();
