@@ -7,6 +7,7 @@ import { requestArrival } from '../../telemetry/turn-timing.js';
 import { chatOfStream } from '../../turns/reattach.js';
 import { messageRoutes } from './messages-routes.js';
 import { presentChat } from './presenter.js';
+import { queueRoutes } from './queue-routes.js';
 import { ChatCreated, ChatList, ChatListQuery, ChatRead, CreateChatBody } from './schemas.js';
 import { archiveChat, createChat, findChat, listChats, messageCount } from './service.js';
 import { streamRoutes } from './stream-routes.js';
@@ -145,4 +146,5 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   await messageRoutes(app);
   await streamRoutes(app);
+  await queueRoutes(app);
 };
