@@ -4,7 +4,7 @@ import { type ModelMessage, stepCountIs, streamText } from 'ai';
 import { eq, sql } from 'drizzle-orm';
 import type { FastifyBaseLogger } from 'fastify';
 import type { ServiceContext } from '../core/context.js';
-import type { Database } from '../db/client.js';
+import type { Database, Queryable } from '../db/client.js';
 import { type AgentTool, chatMessages, chats } from '../db/schema/index.js';
 import { ApiError } from '../http/errors.js';
 import { DEFAULT_RETRY_POLICY, withBoundedRetries } from '../llm/bounded-retries.js';
@@ -77,6 +77,11 @@ export interface TurnOptions {
   arrivedAt?: number;
   /** Issue 18: structured output, regeneration, attachments (additions.ts). */
   additions?: TurnAdditionsInput;
+  /**
+   * Runs in the transaction that takes the chat's lease, after it (src/turns/queue.ts marks its
+   * queued message started there); throwing rolls the turn back.
+   */
+  onLeased?: (tx: Queryable, ids: { turnId: number; userMessageId: number }) => Promise<void>;
 }
 
 /** How long a failed turn's end is retried while the database does not answer. */
@@ -230,6 +235,7 @@ export class TurnRunner {
           userMessageId,
           assistantMessageId,
         });
+        await options.onLeased?.(tx, { turnId, userMessageId });
         await tx
           .update(chats)
           .set({ updatedAt: sql`now()`, title: sql`coalesce(${chats.title}, ${titleFrom(content)})` })

@@ -30,6 +30,13 @@ export interface RequestOptions {
   signal?: AbortSignal;
 }
 
+/** Sending a message: also what to do when the chat is busy (`if_busy`, default `reject`: 409). */
+export interface SendOptions extends RequestOptions {
+  ifBusy?: 'reject' | 'enqueue' | 'interrupt';
+}
+
+const ifBusyOf = (opts: SendOptions) => (opts.ifBusy ? { if_busy: opts.ifBusy } : {});
+
 type Schemas = components['schemas'];
 
 /** Throws the answer's error as a ScriptoriumError, else returns its data. */
@@ -102,12 +109,12 @@ export function createScriptoriumClient(options: ScriptoriumClientOptions) {
     async send(
       chatId: number,
       content: string,
-      opts: RequestOptions & { extra?: MessageExtras } = {},
+      opts: SendOptions & { extra?: MessageExtras } = {},
     ): Promise<Message> {
       const data = unwrap(
         await api.POST('/api/v2/chats/{id}/messages', {
           params: { path: { id: chatId }, header: idempotency(opts.idempotencyKey) },
-          body: { ...opts.extra, content, stream: false },
+          body: { ...opts.extra, content, stream: false, ...ifBusyOf(opts) },
           signal: opts.signal,
         }),
       ) as Schemas['MessageCreatedResponse'];
@@ -189,13 +196,13 @@ export function createScriptoriumClient(options: ScriptoriumClientOptions) {
      * process); before the stream opened, the POST is repeated with the same Idempotency-Key,
      * which never sends the message twice.
      */
-    stream(chatId: number, content: string, opts: RequestOptions = {}): AsyncGenerator<ChatStreamEvent> {
+    stream(chatId: number, content: string, opts: SendOptions = {}): AsyncGenerator<ChatStreamEvent> {
       const key = opts.idempotencyKey ?? crypto.randomUUID();
       return resumableStream<ChatStreamEvent>((after) => {
         if (after === null) {
           return post(
             `/api/v2/chats/${chatId}/messages`,
-            { content, stream: true },
+            { content, stream: true, ...ifBusyOf(opts) },
             idempotency(key),
             opts.signal,
           );

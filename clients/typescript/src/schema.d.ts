@@ -19,7 +19,7 @@ export interface paths {
         put?: never;
         /**
          * Create a chat, optionally sending the first message
-         * @description With `stream: true` the answer is HTTP 200 `text/event-stream` with the events `content`, `tool_start`, `tool_result`, `done` and `error` (spec 6.1), each with an `id:` line (its sequence number in the turn). A repeat with the same `Idempotency-Key` and body reattaches to the same stream from its start.
+         * @description With `stream: true` the answer is HTTP 200 `text/event-stream` with the events `queued`, `content`, `tool_start`, `tool_result`, `done` and `error` (spec 6.1), each with an `id:` line (its sequence number in the turn). A repeat with the same `Idempotency-Key` and body reattaches to the same stream from its start.
          */
         post: operations["createChat"];
         delete?: never;
@@ -66,8 +66,8 @@ export interface paths {
         get: operations["listMessages"];
         put?: never;
         /**
-         * Send a message; one turn at a time per chat (409 otherwise)
-         * @description With `stream: true` the answer is HTTP 200 `text/event-stream` with the events `content`, `tool_start`, `tool_result`, `done` and `error` (spec 6.1), each with an `id:` line (its sequence number in the turn). A repeat with the same `Idempotency-Key` and body reattaches to the same stream from its start. A message starting with a skill's slash command runs that skill.
+         * Send a message; one turn at a time per chat (409, queue or interrupt: `if_busy`)
+         * @description With `stream: true` the answer is HTTP 200 `text/event-stream` with the events `queued`, `content`, `tool_start`, `tool_result`, `done` and `error` (spec 6.1), each with an `id:` line (its sequence number in the turn). A repeat with the same `Idempotency-Key` and body reattaches to the same stream from its start. A message starting with a skill's slash command runs that skill.
          */
         post: operations["sendMessage"];
         delete?: never;
@@ -116,6 +116,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v2/chats/{id}/queue": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the messages waiting for the chat, next first
+         * @description Messages sent with `if_busy: "enqueue"` (or `"interrupt"`) that wait for the chat's running turn to end, next first (at most 10 enqueued). They are not history until their turn starts.
+         */
+        get: operations["listChatQueue"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v2/chats/{id}/queue/{message_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Remove a waiting message from the chat queue (204)
+         * @description The message will not run; a client waiting for it gets 409 `dequeued` (as the status, or as an `error` event). 404 when it is not waiting (unknown, already started or removed).
+         */
+        delete: operations["removeQueuedMessage"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v2/chats/{id}/messages/{message_id}/regenerate": {
         parameters: {
             query?: never;
@@ -127,7 +167,7 @@ export interface paths {
         put?: never;
         /**
          * Regenerate the chat's last reply
-         * @description Runs a new turn for the user message the reply answered; the new reply takes the old one's place in history once it completes (the old one is listed by GET .../versions). Only the chat's last assistant message: 409 otherwise. A failed regeneration leaves the old reply in place. With `stream: true` the answer is HTTP 200 `text/event-stream` with the events `content`, `tool_start`, `tool_result`, `done` and `error` (spec 6.1), each with an `id:` line (its sequence number in the turn). A repeat with the same `Idempotency-Key` and body reattaches to the same stream from its start.
+         * @description Runs a new turn for the user message the reply answered; the new reply takes the old one's place in history once it completes (the old one is listed by GET .../versions). Only the chat's last assistant message: 409 otherwise. A failed regeneration leaves the old reply in place. With `stream: true` the answer is HTTP 200 `text/event-stream` with the events `queued`, `content`, `tool_start`, `tool_result`, `done` and `error` (spec 6.1), each with an `id:` line (its sequence number in the turn). A repeat with the same `Idempotency-Key` and body reattaches to the same stream from its start.
          */
         post: operations["regenerateMessage"];
         delete?: never;
@@ -2542,6 +2582,8 @@ export interface components {
              * @default false
              */
             stream: boolean;
+            /** @description Default `reject`. What to do when a turn of the chat is running: `reject` answers 409 (with `response.running_turn`); `enqueue` stores the message and runs it when the chat is free, in arrival order (at most 10 waiting, else 409 `queue_full`); `interrupt` cancels the running turn (its partial reply kept, as POST /cancel does) and runs this message next. A free chat runs the message at once whatever the policy. */
+            if_busy?: "reject" | "enqueue" | "interrupt";
             response_format?: components["schemas"]["ResponseFormat"];
             /** @description Sent with the message (at most 10): a document's extracted text reaches the model (within a token budget, the cut marked); an image is stored once and sent as an image part */
             attachments?: (components["schemas"]["DocumentAttachmentInput"] | components["schemas"]["ImageAttachmentInput"])[];
@@ -2555,6 +2597,47 @@ export interface components {
             /** @enum {string} */
             status: "ok";
             response: components["schemas"]["MessageCreated"];
+        };
+        /** BusyChatError */
+        BusyChatError: {
+            /** @enum {string} */
+            status: "error";
+            response: {
+                /** @description The HTTP status */
+                code: number;
+                /** @description `turn_in_progress`, `queue_full` or `dequeued` */
+                error: string;
+                message: string;
+                /** @description With `turn_in_progress`: the turn holding the chat */
+                running_turn?: {
+                    /** @description The running turn */
+                    id: number;
+                    /** @description Its stream: the path of GET /api/v2/chats/:id/stream */
+                    stream_url: string;
+                };
+            } & {
+                [key: string]: unknown;
+            };
+        };
+        /** QueuedMessage */
+        QueuedMessage: {
+            /** @description The id of the waiting message (its chat message gets its own id once its turn starts) */
+            message_id: number;
+            content: string;
+            /** @description 1 is next */
+            position: number;
+            /** @description UTC, microsecond precision: YYYY-MM-DDTHH:MM:SS.ffffffZ */
+            created_at: string;
+        };
+        /** ChatQueue */
+        ChatQueue: {
+            queued: components["schemas"]["QueuedMessage"][];
+        };
+        /** ChatQueueResponse */
+        ChatQueueResponse: {
+            /** @enum {string} */
+            status: "ok";
+            response: components["schemas"]["ChatQueue"];
         };
         /** RegenerateBody */
         RegenerateBody: {
@@ -2980,9 +3063,26 @@ export interface operations {
             402: components["responses"]["V2PaymentRequired"];
             403: components["responses"]["V2Forbidden"];
             404: components["responses"]["V2NotFound"];
-            409: components["responses"]["V2Conflict"];
+            /** @description Conflicts with the current state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BusyChatError"];
+                };
+            };
             429: components["responses"]["V2TooManyRequests"];
             500: components["responses"]["V2InternalError"];
+            /** @description Not ready */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["V2Error"];
+                };
+            };
             504: components["responses"]["V2GatewayTimeout"];
         };
     };
@@ -3003,7 +3103,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description text/event-stream: the turn's events (`content`, `tool_start`, `tool_result`, `done` and `error`), each with its `id:` */
+            /** @description text/event-stream: the turn's events (`queued`, `content`, `tool_start`, `tool_result`, `done` and `error`), each with its `id:` */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -3052,6 +3152,67 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["MessageCreatedResponse"];
                 };
+            };
+            400: components["responses"]["V2BadRequest"];
+            401: components["responses"]["V2Unauthorized"];
+            402: components["responses"]["V2PaymentRequired"];
+            403: components["responses"]["V2Forbidden"];
+            404: components["responses"]["V2NotFound"];
+            409: components["responses"]["V2Conflict"];
+            429: components["responses"]["V2TooManyRequests"];
+            500: components["responses"]["V2InternalError"];
+            504: components["responses"]["V2GatewayTimeout"];
+        };
+    };
+    listChatQueue: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ChatQueueResponse"];
+                };
+            };
+            400: components["responses"]["V2BadRequest"];
+            401: components["responses"]["V2Unauthorized"];
+            402: components["responses"]["V2PaymentRequired"];
+            403: components["responses"]["V2Forbidden"];
+            404: components["responses"]["V2NotFound"];
+            409: components["responses"]["V2Conflict"];
+            429: components["responses"]["V2TooManyRequests"];
+            500: components["responses"]["V2InternalError"];
+            504: components["responses"]["V2GatewayTimeout"];
+        };
+    };
+    removeQueuedMessage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: number;
+                message_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Removed */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             400: components["responses"]["V2BadRequest"];
             401: components["responses"]["V2Unauthorized"];

@@ -1,12 +1,14 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { contextOf } from '../../http/context.js';
+import { badRequest } from '../../http/errors.js';
 import { PageQuery, pagination } from '../../http/pagination.js';
-import { IdParams, ok, v2Responses } from '../../http/schemas.js';
+import { IdParams, ok, V2Error, v2Responses } from '../../http/schemas.js';
 import { requestArrival } from '../../telemetry/turn-timing.js';
 import { compileResponseFormat } from '../../turns/structured-output.js';
 import { ATTACHMENT_BODY_LIMIT, prepareAttachments } from './attachments.js';
-import { MessageCreated, MessageList, SendMessageBody } from './schemas.js';
+import { sendWhenBusy } from './busy-http.js';
+import { BusyChatError, MessageCreated, MessageList, SendMessageBody } from './schemas.js';
 import { listMessages, prepareTurn } from './service.js';
 import { awaitTurn, reattachStream, STREAM_NOTE, streamTurn } from './turn-http.js';
 import { requireContent } from './validation.js';
@@ -27,16 +29,16 @@ export async function messageRoutes(parent: FastifyInstance): Promise<void> {
       schema: {
         operationId: 'sendMessage',
         tags,
-        summary: 'Send a message; one turn at a time per chat (409 otherwise)',
+        summary: 'Send a message; one turn at a time per chat (409, queue or interrupt: `if_busy`)',
         description: `${STREAM_NOTE} A message starting with a skill's slash command runs that skill.`,
         params: IdParams,
         body: SendMessageBody,
-        response: v2Responses({ 200: ok(MessageCreated) }),
+        response: { ...v2Responses({ 200: ok(MessageCreated) }), 409: BusyChatError, 503: V2Error },
       },
     },
     async (request, reply) => {
       const arrivedAt = requestArrival(reply);
-      const { content, stream } = request.body;
+      const { content, stream, if_busy: ifBusy = 'reject' } = request.body;
       requireContent(content);
       const structured = compileResponseFormat(request.body.response_format);
       const ctx = contextOf(request);
@@ -51,6 +53,16 @@ export async function messageRoutes(parent: FastifyInstance): Promise<void> {
         return reply;
       }
       const plan = await prepareTurn(ctx, request.params.id);
+      if (ifBusy !== 'reject') {
+        // The chat queue stores a message's text only (docs/decisions.md, issue 18).
+        if (request.body.attachments !== undefined || structured !== undefined)
+          throw badRequest('attachments and response_format need if_busy "reject" (they are not queued)', {
+            if_busy: ['must be "reject" with attachments or response_format'],
+          });
+        const send = { ctx, plan, content, stream: stream === true, policy: ifBusy, arrivedAt };
+        const message = await sendWhenBusy(request, reply, deps, send);
+        return message ? { status: 'ok' as const, response: { message } } : reply;
+      }
       const attachments = await prepareAttachments(ctx, plan.project.id, request.body.attachments);
       const additions = { structured, attachments };
       if (stream) {

@@ -11,6 +11,7 @@ import { attachmentRoutes } from './attachment-routes.js';
 import { ATTACHMENT_BODY_LIMIT, prepareAttachments } from './attachments.js';
 import { messageRoutes } from './messages-routes.js';
 import { presentChat } from './presenter.js';
+import { queueRoutes } from './queue-routes.js';
 import { regenerateRoutes } from './regenerate.js';
 import { ChatCreated, ChatList, ChatListQuery, ChatRead, CreateChatBody } from './schemas.js';
 import { archiveChat, createChat, findChat, listChats, messageCount } from './service.js';
@@ -164,6 +165,7 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   await messageRoutes(app);
   await streamRoutes(app);
+  await queueRoutes(app);
   await regenerateRoutes(app);
   await attachmentRoutes(app);
 };

@@ -13,6 +13,11 @@ CREATE TABLE "chat_attachments" (
 	"created_at" timestamp(6) with time zone DEFAULT now() NOT NULL
 );
 --> statement-breakpoint
+ALTER TABLE "artifacts" ADD COLUMN "parsed" jsonb;--> statement-breakpoint
+ALTER TABLE "chat_messages" ADD COLUMN "parsed" jsonb;--> statement-breakpoint
+ALTER TABLE "chat_messages" ADD COLUMN "citations" jsonb DEFAULT '[]'::jsonb NOT NULL;--> statement-breakpoint
+ALTER TABLE "chat_messages" ADD COLUMN "regenerates_id" integer;--> statement-breakpoint
+ALTER TABLE "chat_messages" ADD COLUMN "replaced_by_id" integer;--> statement-breakpoint
 ALTER TABLE "chat_attachments" ADD CONSTRAINT "chat_attachments_organization_id_organizations_id_fk" FOREIGN KEY ("organization_id") REFERENCES "public"."organizations"("id") ON DELETE no action ON UPDATE no action;--> statement-breakpoint
 ALTER TABLE "chat_attachments" ADD CONSTRAINT "chat_attachments_chat_id_chats_id_fk" FOREIGN KEY ("chat_id") REFERENCES "public"."chats"("id") ON DELETE no action ON UPDATE no action;--> statement-breakpoint
 ALTER TABLE "chat_attachments" ADD CONSTRAINT "chat_attachments_message_id_chat_messages_id_fk" FOREIGN KEY ("message_id") REFERENCES "public"."chat_messages"("id") ON DELETE no action ON UPDATE no action;--> statement-breakpoint
