@@ -170,6 +170,14 @@ describe('structured output (response_format)', () => {
     expectV2Error(noName, 400);
     const wrongType = await send(org, chatId, { content: 'x', response_format: { type: 'text' } });
     expectV2Error(wrongType, 400);
+    // The chat queue keeps text only: a structured message is not queued.
+    const queued = await send(org, chatId, {
+      content: 'x',
+      response_format: responseFormat,
+      if_busy: 'enqueue',
+    });
+    expectV2Error(queued, 400);
+    expect(queued.body.response.message).toContain('if_busy');
     const withoutContent = await call(t, 'POST', '/api/v2/chats', {
       key: org.orgKey,
       body: { project_id: org.projectId, response_format: responseFormat },
