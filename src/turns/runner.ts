@@ -8,6 +8,7 @@ import type { Database } from '../db/client.js';
 import { type AgentTool, chatMessages, chats } from '../db/schema/index.js';
 import { ApiError } from '../http/errors.js';
 import { DEFAULT_RETRY_POLICY, withBoundedRetries } from '../llm/bounded-retries.js';
+import { streamLean, type TurnModelStream, type TurnStreamPart } from '../llm/lean-client.js';
 import { collectTools, type ToolFamilies, type ToolScope } from '../llm/tools/registry.js';
 import { presentMessage } from '../modules/chats/presenter.js';
 import type { ChatView, MessageView } from '../modules/chats/schemas.js';
@@ -518,14 +519,11 @@ export class TurnRunner {
     signal: AbortSignal,
     watchdog: IdleWatchdog,
     timing: TurnTiming,
-  ) {
+  ): Promise<TurnModelStream> {
     const { database, families, settings } = this.deps;
     const db = database.db;
     const { provider, model: modelName } = plan.configuration;
-    const model = withBoundedRetries(
-      traceModel(ctx.models.languageModel(plan.configuration), provider, modelName),
-      { ...DEFAULT_RETRY_POLICY, retries: settings.maxRetries },
-    );
+    const retry = { ...DEFAULT_RETRY_POLICY, retries: settings.maxRetries };
     const scope: ToolScope = {
       ctx,
       projectId: plan.project.id,
@@ -548,13 +546,33 @@ export class TurnRunner {
     const messages: ModelMessage[] = history
       .map((m) => ({ role: m.role, content: m.prompt ?? m.content }))
       .filter((m) => m.content.length > 0);
+    const tools = traceTools(pausingWatchdog(toolSet.tools, watchdog));
+    // OpenAI Chat Completions providers take the lean client; others the AI SDK (docs/decisions.md).
+    const lean = ctx.models.leanModel(plan.configuration);
+    const model = lean
+      ? null
+      : withBoundedRetries(
+          traceModel(ctx.models.languageModel(plan.configuration), provider, modelName),
+          retry,
+        );
     watchdog.start();
     timing.modelRequest();
-    return streamText({
-      model,
+    if (lean) {
+      return streamLean(lean, {
+        system,
+        messages,
+        tools,
+        maxSteps: settings.maxSteps,
+        signal,
+        retry,
+        onActivity: () => watchdog.touch(),
+      });
+    }
+    const result = streamText({
+      model: model!,
       system,
       messages,
-      tools: traceTools(pausingWatchdog(toolSet.tools, watchdog)),
+      tools,
       stopWhen: stepCountIs(settings.maxSteps),
       // Retried by withBoundedRetries: a failing provider is reported within seconds.
       maxRetries: 0,
@@ -562,6 +580,10 @@ export class TurnRunner {
       // Failures are read from the stream (and logged by the turn); the default prints to stderr.
       onError: () => {},
     });
+    return {
+      fullStream: result.fullStream as unknown as AsyncIterable<TurnStreamPart>,
+      totalUsage: result.totalUsage,
+    };
   }
 
   private chargeOf(ctx: ServiceContext, plan: TurnPlan, messageId: number) {
