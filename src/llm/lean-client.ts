@@ -219,7 +219,11 @@ async function* callModel(
           if (Array.isArray(delta.tool_calls)) {
             for (const piece of delta.tool_calls) {
               const index = piece.index ?? calls.length;
-              const call = (calls[index] ??= { id: '', name: '', arguments: '' });
+              let call = calls[index];
+              if (!call) {
+                call = { id: '', name: '', arguments: '' };
+                calls[index] = call;
+              }
               if (piece.id) call.id = piece.id;
               if (piece.function?.name) call.name += piece.function.name;
               if (piece.function?.arguments) call.arguments += piece.function.arguments;
