@@ -14,6 +14,7 @@ import { presentMessage } from '../modules/chats/presenter.js';
 import type { ChatView, MessageView } from '../modules/chats/schemas.js';
 import { conversationOf, messageView, titleFrom } from '../modules/chats/service.js';
 import { ensureCredits, type Usage } from '../modules/credits/service.js';
+import { ContentCoalescer } from '../streams/coalescer.js';
 import { chatDone, chatError, type TurnEvent } from '../streams/protocol.js';
 import { StreamPublisher } from '../streams/publisher.js';
 import type { StreamHub } from '../streams/stream-hub.js';
@@ -333,11 +334,20 @@ export class TurnRunner {
       turn_id: ids.turnId,
     });
     const publisher = new StreamPublisher<TurnEvent>(streams, turnStreamKey(ids.turnId));
-    const publish = (event: TurnEvent) =>
+    const publishNow = (event: TurnEvent) =>
       publisher.publish(event).then(
         () => timing.eventWritten(),
         (err) => log.error({ err, event: event.name }, 'could not publish a turn event'),
       );
+    // Text deltas merge while the process is busy (streams/coalescer.ts); any other event first
+    // publishes what is merged, so the order stays the model's.
+    const content = new ContentCoalescer(
+      (text) => void publishNow({ name: 'content', data: { content: text } }),
+    );
+    const publish = (event: TurnEvent) => {
+      content.flush();
+      return publishNow(event);
+    };
     const stopLease = keepLeaseAlive(db, ids.turnId, settings.leaseMs, {
       onError: (err) => log.warn({ err }, 'could not renew the turn lease'),
       onCancelRequested: () => this.cancel(ids.turnId),
@@ -411,7 +421,7 @@ export class TurnRunner {
             if (!part.text) continue;
             timing.modelChunk();
             text += part.text;
-            await publish({ name: 'content', data: { content: part.text } });
+            content.push(part.text);
           } else if (part.type === 'tool-call') {
             timing.modelChunk();
             await publish({
