@@ -1,5 +1,6 @@
 import { APICallError } from '@ai-sdk/provider';
 import { asSchema, type ModelMessage, type Tool } from 'ai';
+import { type Dispatcher, request } from 'undici';
 import { startModelSpan } from '../telemetry/tracing.js';
 import { DEFAULT_RETRY_POLICY, type RetryPolicy, retrying } from './bounded-retries.js';
 
@@ -47,8 +48,8 @@ export interface LeanModel {
   /** `<base>/chat/completions`. */
   url: string;
   headers: Record<string, string>;
-  /** The guarded fetch (net/model-base-url.ts), the same one the SDK providers get. */
-  fetch: typeof fetch;
+  /** The URL guard (net/model-base-url.ts): checks the URL, returns the dispatcher that checks addresses. */
+  dispatcher: (url: string) => Dispatcher;
 }
 
 export interface LeanStreamOptions {
@@ -168,16 +169,14 @@ async function* callModel(
       ),
     );
     const calls: (WireToolCall | undefined)[] = [];
-    const reader = response.body!.getReader();
-    const decoder = new TextDecoder();
+    const stream = response.body;
+    stream.setEncoding('utf8');
     let buffer = '';
     let failed = false;
     try {
-      for (;;) {
-        const { done, value } = await reader.read();
-        if (done) break;
+      for await (const piece of stream as AsyncIterable<string>) {
         options.onActivity?.();
-        buffer += decoder.decode(value, { stream: true });
+        buffer = buffer ? buffer + piece : piece;
         let start = 0;
         for (let end = buffer.indexOf('\n'); end !== -1; end = buffer.indexOf('\n', start)) {
           const line = buffer.slice(start, end);
@@ -217,25 +216,25 @@ async function* callModel(
             yield { type: 'text-delta', text: delta.content };
           }
           if (Array.isArray(delta.tool_calls)) {
-            for (const piece of delta.tool_calls) {
-              const index = piece.index ?? calls.length;
+            for (const part of delta.tool_calls) {
+              const index = part.index ?? calls.length;
               let call = calls[index];
               if (!call) {
                 call = { id: '', name: '', arguments: '' };
                 calls[index] = call;
               }
-              if (piece.id) call.id = piece.id;
-              if (piece.function?.name) call.name += piece.function.name;
-              if (piece.function?.arguments) call.arguments += piece.function.arguments;
+              if (part.id) call.id = part.id;
+              if (part.function?.name) call.name += part.function.name;
+              if (part.function?.arguments) call.arguments += part.function.arguments;
             }
           }
         }
-        buffer = buffer.slice(start);
+        buffer = start === buffer.length ? '' : buffer.slice(start);
         if (failed) break;
       }
     } finally {
-      if (failed) await reader.cancel().catch(() => {});
-      reader.releaseLock();
+      // Stops reading (a failure, an abort, or the consumer stopping): the connection is dropped.
+      if (!stream.readableEnded) stream.destroy();
     }
     result.toolCalls = calls.filter((c): c is WireToolCall => c !== undefined && c.name !== '');
     for (const call of result.toolCalls) call.id ||= `call_${Math.random().toString(36).slice(2, 12)}`;
@@ -248,42 +247,46 @@ async function* callModel(
   }
 }
 
+type ModelResponse = Dispatcher.ResponseData;
+
 /** One HTTP request; a failure before the stream starts is an `APICallError`, as from the SDK. */
-async function post(model: LeanModel, body: unknown, signal: AbortSignal): Promise<Response> {
-  let response: Response;
+async function post(model: LeanModel, body: unknown, signal: AbortSignal): Promise<ModelResponse> {
+  // The guard refuses a URL before anything is sent (OutboundUrlError, not retried).
+  const dispatcher = model.dispatcher(model.url);
+  let response: ModelResponse;
   try {
-    response = await model.fetch(model.url, {
+    response = await request(model.url, {
       method: 'POST',
       headers: model.headers,
       body: JSON.stringify(body),
       signal,
+      dispatcher,
     });
   } catch (err) {
     if (signal.aborted) throw signal.reason ?? err;
-    // The SDK's wording and retryability for a connection that could not be made.
-    if (err instanceof TypeError && (err.message === 'fetch failed' || err.cause)) {
-      const cause = err.cause as Error | undefined;
-      throw new APICallError({
-        message: `Cannot connect to API: ${cause?.message ?? err.message}`,
-        url: model.url,
-        requestBodyValues: body,
-        cause: err,
-        isRetryable: true,
-      });
-    }
-    throw err;
+    // The SDK's wording and retryability for a connection that could not be made; the cause
+    // keeps a refused address (OutboundUrlError) for llm/provider-errors.ts.
+    throw new APICallError({
+      message: `Cannot connect to API: ${err instanceof Error ? err.message : String(err)}`,
+      url: model.url,
+      requestBodyValues: body,
+      cause: err,
+      isRetryable: true,
+    });
   }
-  if (response.ok && response.body) return response;
-  const text = await response.text().catch(() => '');
-  const headers = Object.fromEntries(response.headers);
-  let message = response.statusText || `HTTP ${response.status}`;
+  const status = response.statusCode;
+  if (status >= 200 && status < 300) return response;
+  const text = await response.body.text().catch(() => '');
+  const headers: Record<string, string> = {};
+  for (const [name, value] of Object.entries(response.headers))
+    if (value !== undefined) headers[name] = Array.isArray(value) ? value.join(', ') : value;
+  let message = `HTTP ${status}`;
   try {
     const parsed = JSON.parse(text);
     if (typeof parsed?.error?.message === 'string') message = parsed.error.message;
   } catch {
-    // Not JSON: the status text stands.
+    // Not JSON: the status stands.
   }
-  const status = response.status;
   throw new APICallError({
     message,
     url: model.url,

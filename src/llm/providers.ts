@@ -2,7 +2,7 @@ import { createAnthropic } from '@ai-sdk/anthropic';
 import { createOpenAI } from '@ai-sdk/openai';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
 import type { EmbeddingModelV3, LanguageModelV3 } from '@ai-sdk/provider';
-import { guardedModelFetch, type ModelUrlRule } from '../net/model-base-url.js';
+import { guardedModelDispatcher, guardedModelFetch, type ModelUrlRule } from '../net/model-base-url.js';
 import { BuiltinLanguageModel } from './builtin-model.js';
 import type { LeanModel } from './lean-client.js';
 
@@ -107,7 +107,7 @@ export function leanModelOf(settings: ModelSettings): LeanModel | null {
         ? { authorization: `Bearer ${apiKey}` }
         : {}),
     },
-    fetch: guardedModelFetch(settings.outbound),
+    dispatcher: guardedModelDispatcher(settings.outbound),
   };
 }
 
