@@ -225,7 +225,7 @@ describe('chat turns against a model server', () => {
         execution_time_ms: expect.any(Number),
       });
       expect(Number.isInteger(res.events[1].data.execution_time_ms)).toBe(true);
-      const { message } = res.events[5].data;
+      const { message } = res.events.at(-1)!.data;
       expect(message.content).toBe('Use the portal.');
       expect(message.content).toBe(streamedText(res.events));
       expect(message.tool_executions).toEqual([
