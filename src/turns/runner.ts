@@ -1,11 +1,10 @@
 import { setMaxListeners } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type ModelMessage, stepCountIs, streamText } from 'ai';
-import { eq, sql } from 'drizzle-orm';
 import type { FastifyBaseLogger } from 'fastify';
 import type { ServiceContext } from '../core/context.js';
 import type { Database } from '../db/client.js';
-import { type AgentTool, chatMessages, chats } from '../db/schema/index.js';
+import type { AgentTool } from '../db/schema/index.js';
 import { ApiError } from '../http/errors.js';
 import { DEFAULT_RETRY_POLICY, withBoundedRetries } from '../llm/bounded-retries.js';
 import { streamLean, type TurnModelStream, type TurnStreamPart } from '../llm/lean-client.js';
@@ -24,10 +23,11 @@ import { TurnTiming } from '../telemetry/turn-timing.js';
 import { turnStreamKey } from './events.js';
 import { describeFailure, TURN_INTERRUPTED_MESSAGE, TurnCancelled, TurnFailure } from './failure.js';
 import { finishTurn, type TurnEnd } from './finish.js';
-import { acquireTurnLease, keepLeaseAlive } from './lease.js';
+import { keepLeaseAlive } from './lease.js';
 import type { TurnPlan } from './plan.js';
 import { buildSystemPrompt, expandSlashCommand, skillsOfAgent } from './system-prompt.js';
 import { asParameters, recordToolExecution } from './tool-executions.js';
+import { insertTurnRows } from './turn-start.js';
 import { IdleWatchdog, pausingWatchdog } from './watchdog.js';
 
 export type { TurnPlan } from './plan.js';
@@ -180,47 +180,21 @@ export class TurnRunner {
     if (slash.status === 'rejected') throw slash.reason;
     const skill = slash.value;
     const ids = await timing.db(
-      db.transaction(async (tx) => {
-        // Both messages in one statement, then the lease pointing at them: a refused lease (409)
-        // rolls the messages back with it.
-        const inserted = await tx
-          .insert(chatMessages)
-          .values([
-            {
-              organizationId: principal.organizationId,
-              chatId: plan.chat.id,
-              role: 'user',
-              content,
-              prompt: skill?.prompt ?? null,
-              status: 'completed',
-              completedAt: sql`now()`,
-            },
-            {
-              organizationId: principal.organizationId,
-              chatId: plan.chat.id,
-              role: 'assistant',
-              model: plan.configuration.model,
-              modelConfigurationId: plan.configuration.id,
-              status: 'generating',
-            },
-          ])
-          .returning({ id: chatMessages.id, role: chatMessages.role });
-        const userMessageId = inserted.find((m) => m.role === 'user')!.id;
-        const assistantMessageId = inserted.find((m) => m.role === 'assistant')!.id;
-        const turnId = await acquireTurnLease(tx, {
+      // Both messages, the lease pointing at them and the chat's title in one statement
+      // (turn-start.ts); a refused lease (409) rolls the messages back with the transaction.
+      db.transaction((tx) =>
+        insertTurnRows(tx, {
           organizationId: principal.organizationId,
           projectId: plan.project.id,
           chatId: plan.chat.id,
           leaseMs: this.deps.settings.leaseMs,
-          userMessageId,
-          assistantMessageId,
-        });
-        await tx
-          .update(chats)
-          .set({ updatedAt: sql`now()`, title: sql`coalesce(${chats.title}, ${titleFrom(content)})` })
-          .where(eq(chats.id, plan.chat.id));
-        return { turnId, userMessageId, assistantMessageId };
-      }),
+          content,
+          prompt: skill?.prompt ?? null,
+          model: plan.configuration.model,
+          modelConfigurationId: plan.configuration.id,
+          title: titleFrom(content),
+        }),
+      ),
     );
     timing.started();
 
