@@ -1,5 +1,4 @@
 import { AISDKError } from '@ai-sdk/provider';
-import { RetryError } from 'ai';
 import { ApiError, toApiError } from '../http/errors.js';
 import { providerFailure } from '../llm/provider-errors.js';
 
@@ -28,13 +27,6 @@ export class TurnCancelled extends TurnFailure {
 export function describeFailure(err: unknown): TurnFailure {
   if (err instanceof TurnFailure) return err;
   // The provider's own words may come from any server a base URL names: only its status is shown.
-  if (RetryError.isInstance(err)) {
-    const last = providerFailure(err.lastError) ?? 'the provider failed';
-    return new TurnFailure(
-      `The model provider kept failing (${err.errors.length} attempts): ${last}`,
-      'model_error',
-    );
-  }
   const provider = providerFailure(err);
   if (provider !== null) return new TurnFailure(`The model provider failed: ${provider}`, 'model_error');
   if (err instanceof ApiError) return new TurnFailure(err.message, err.code);
