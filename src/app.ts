@@ -185,7 +185,7 @@ export async function buildApp(deps: AppDeps, options: BuildOptions = {}): Promi
   });
 
   const metrics = registerMetrics(app);
-  app.addHook('onRequest', authenticate(deps.database));
+  app.addHook('onRequest', authenticate(deps.database, deps.streams.notifier));
   registerIdempotency(app, { lockMs: config.replyTimeoutMs + 60_000 });
 
   await app.register(operationRoutes(metrics));

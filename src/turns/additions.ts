@@ -45,6 +45,14 @@ export class TurnAdditions {
     return this.passages.wrapTools(tools);
   }
 
+  /**
+   * Whether the turn needs the AI SDK's model path rather than the lean client (text only): a
+   * schema (its `responseFormat`), or a message with parts (attachments).
+   */
+  needsSdk(messages: ModelMessage[]): boolean {
+    return this.input.structured !== undefined || messages.some((m) => typeof m.content !== 'string');
+  }
+
   /** A structured reply is streamed as one `content` event once valid, not delta by delta. */
   get holdsText(): boolean {
     return this.input.structured !== undefined;

@@ -1,19 +1,20 @@
 import { setMaxListeners } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type ModelMessage, stepCountIs, streamText } from 'ai';
-import { eq, sql } from 'drizzle-orm';
 import type { FastifyBaseLogger } from 'fastify';
 import type { ServiceContext } from '../core/context.js';
 import type { Database, Queryable } from '../db/client.js';
-import { type AgentTool, chatMessages, chats } from '../db/schema/index.js';
+import type { AgentTool } from '../db/schema/index.js';
 import { ApiError } from '../http/errors.js';
 import { DEFAULT_RETRY_POLICY, withBoundedRetries } from '../llm/bounded-retries.js';
+import { streamLean, type TurnModelStream, type TurnStreamPart } from '../llm/lean-client.js';
 import { collectTools, type ToolFamilies, type ToolScope } from '../llm/tools/registry.js';
 import { storeAttachments } from '../modules/chats/attachments.js';
 import { presentMessage } from '../modules/chats/presenter.js';
 import type { ChatView, MessageView } from '../modules/chats/schemas.js';
 import { conversationOf, messageView, titleFrom } from '../modules/chats/service.js';
 import { ensureCredits, type Usage } from '../modules/credits/service.js';
+import { ContentCoalescer } from '../streams/coalescer.js';
 import { chatDone, chatError, type TurnEvent } from '../streams/protocol.js';
 import { StreamPublisher } from '../streams/publisher.js';
 import type { StreamHub } from '../streams/stream-hub.js';
@@ -24,10 +25,12 @@ import { TurnAdditions, type TurnAdditionsInput } from './additions.js';
 import { turnStreamKey } from './events.js';
 import { describeFailure, TURN_INTERRUPTED_MESSAGE, TurnCancelled, TurnFailure } from './failure.js';
 import { finishTurn, type TurnEnd } from './finish.js';
-import { acquireTurnLease, keepLeaseAlive } from './lease.js';
+import { keepLeaseAlive } from './lease.js';
 import type { TurnPlan } from './plan.js';
 import { buildSystemPrompt, expandSlashCommand, skillsOfAgent } from './system-prompt.js';
 import { asParameters, recordToolExecution } from './tool-executions.js';
+import { insertTurnRows } from './turn-start.js';
+import { insertRegenerationRows } from './versions.js';
 import { IdleWatchdog, pausingWatchdog } from './watchdog.js';
 
 export type { TurnPlan } from './plan.js';
@@ -187,60 +190,35 @@ export class TurnRunner {
     if (slash.status === 'rejected') throw slash.reason;
     const skill = slash.value;
     const ids = await timing.db(
+      // Both messages, the lease pointing at them and the chat's title in one statement
+      // (turn-start.ts); a refused lease (409) rolls the messages back with the transaction.
       db.transaction(async (tx) => {
-        // Both messages in one statement, then the lease pointing at them: a refused lease (409)
-        // rolls the messages back with it.
-        const regenerate = options.additions?.regenerate;
-        const inserted = await tx
-          .insert(chatMessages)
-          .values([
-            // A regeneration answers the chat's last user message again: only a new reply.
-            ...(regenerate
-              ? []
-              : [
-                  {
-                    organizationId: principal.organizationId,
-                    chatId: plan.chat.id,
-                    role: 'user' as const,
-                    content,
-                    prompt: skill?.prompt ?? null,
-                    status: 'completed' as const,
-                    completedAt: sql`now()`,
-                  },
-                ]),
-            {
-              organizationId: principal.organizationId,
-              chatId: plan.chat.id,
-              role: 'assistant' as const,
-              model: plan.configuration.model,
-              modelConfigurationId: plan.configuration.id,
-              status: 'generating' as const,
-              regeneratesId: regenerate?.replacedMessageId ?? null,
-            },
-          ])
-          .returning({ id: chatMessages.id, role: chatMessages.role });
-        const userMessageId = regenerate?.userMessageId ?? inserted.find((m) => m.role === 'user')!.id;
-        const target = {
-          organizationId: principal.organizationId,
-          chatId: plan.chat.id,
-          messageId: userMessageId,
-        };
-        if (!regenerate) await storeAttachments(tx, target, options.additions?.attachments);
-        const assistantMessageId = inserted.find((m) => m.role === 'assistant')!.id;
-        const turnId = await acquireTurnLease(tx, {
+        const input = {
           organizationId: principal.organizationId,
           projectId: plan.project.id,
           chatId: plan.chat.id,
           leaseMs: this.deps.settings.leaseMs,
-          userMessageId,
-          assistantMessageId,
-        });
-        await options.onLeased?.(tx, { turnId, userMessageId });
-        await tx
-          .update(chats)
-          .set({ updatedAt: sql`now()`, title: sql`coalesce(${chats.title}, ${titleFrom(content)})` })
-          .where(eq(chats.id, plan.chat.id));
-        return { turnId, userMessageId, assistantMessageId };
+          content,
+          prompt: skill?.prompt ?? null,
+          model: plan.configuration.model,
+          modelConfigurationId: plan.configuration.id,
+          title: titleFrom(content),
+        };
+        // Issue 18: a regeneration adds only a reply (versions.ts); a message's attachments are
+        // stored with it (chats/attachments.ts).
+        const { regenerate, attachments } = options.additions ?? {};
+        const rows = regenerate
+          ? await insertRegenerationRows(tx, input, regenerate)
+          : await insertTurnRows(tx, input);
+        const target = {
+          organizationId: input.organizationId,
+          chatId: input.chatId,
+          messageId: rows.userMessageId,
+        };
+        if (!regenerate) await storeAttachments(tx, target, attachments);
+        // A queued message's turn (queue.ts) is marked started in the lease's transaction: it runs once.
+        await options.onLeased?.(tx, { turnId: rows.turnId, userMessageId: rows.userMessageId });
+        return rows;
       }),
     );
     timing.started();
@@ -355,11 +333,20 @@ export class TurnRunner {
       turn_id: ids.turnId,
     });
     const publisher = new StreamPublisher<TurnEvent>(streams, turnStreamKey(ids.turnId));
-    const publish = (event: TurnEvent) =>
+    const publishNow = (event: TurnEvent) =>
       publisher.publish(event).then(
         () => timing.eventWritten(),
         (err) => log.error({ err, event: event.name }, 'could not publish a turn event'),
       );
+    // Text deltas merge while the process is busy (streams/coalescer.ts); any other event first
+    // publishes what is merged, so the order stays the model's.
+    const content = new ContentCoalescer(
+      (text) => void publishNow({ name: 'content', data: { content: text } }),
+    );
+    const publish = (event: TurnEvent) => {
+      content.flush();
+      return publishNow(event);
+    };
     const stopLease = keepLeaseAlive(db, ids.turnId, settings.leaseMs, {
       onError: (err) => log.warn({ err }, 'could not renew the turn lease'),
       onCancelRequested: () => this.cancel(ids.turnId),
@@ -436,7 +423,7 @@ export class TurnRunner {
             if (!part.text) continue;
             timing.modelChunk();
             text += part.text;
-            if (!additions.holdsText) await publish({ name: 'content', data: { content: part.text } });
+            if (!additions.holdsText) content.push(part.text);
           } else if (part.type === 'tool-call') {
             timing.modelChunk();
             await publish({
@@ -552,14 +539,11 @@ export class TurnRunner {
     watchdog: IdleWatchdog,
     timing: TurnTiming,
     additions: TurnAdditions,
-  ) {
+  ): Promise<TurnModelStream> {
     const { database, families, settings } = this.deps;
     const db = database.db;
     const { provider, model: modelName } = plan.configuration;
-    const model = withBoundedRetries(
-      traceModel(additions.model(ctx.models.languageModel(plan.configuration)), provider, modelName),
-      { ...DEFAULT_RETRY_POLICY, retries: settings.maxRetries },
-    );
+    const retry = { ...DEFAULT_RETRY_POLICY, retries: settings.maxRetries };
     const scope: ToolScope = {
       ctx,
       projectId: plan.project.id,
@@ -573,18 +557,38 @@ export class TurnRunner {
       plan.agent ? timing.db(skillsOfAgent(db, plan.agent.id)) : [],
       timing.db(conversationOf(db, plan.chat.id, settings.historyLimit)),
     ]);
-    const tools = additions.tools(toolSet.tools);
     const system = additions.system(
       buildSystemPrompt({ project: plan.project, agent: plan.agent, skills, toolNotes: toolSet.notes }),
     );
     const messages: ModelMessage[] = await additions.modelMessages(db, history);
+    const tools = traceTools(pausingWatchdog(additions.tools(toolSet.tools), watchdog));
+    // OpenAI Chat Completions providers take the lean client; others the AI SDK (docs/decisions.md),
+    // and so do turns with a schema or attachments (the lean client sends text only).
+    const lean = additions.needsSdk(messages) ? null : ctx.models.leanModel(plan.configuration);
+    const model = lean
+      ? null
+      : withBoundedRetries(
+          traceModel(additions.model(ctx.models.languageModel(plan.configuration)), provider, modelName),
+          retry,
+        );
     watchdog.start();
     timing.modelRequest();
-    return streamText({
-      model,
+    if (lean) {
+      return streamLean(lean, {
+        system,
+        messages,
+        tools,
+        maxSteps: settings.maxSteps,
+        signal,
+        retry,
+        onActivity: () => watchdog.touch(),
+      });
+    }
+    const result = streamText({
+      model: model!,
       system,
       messages,
-      tools: traceTools(pausingWatchdog(tools, watchdog)),
+      tools,
       stopWhen: stepCountIs(settings.maxSteps),
       // Retried by withBoundedRetries: a failing provider is reported within seconds.
       maxRetries: 0,
@@ -592,6 +596,10 @@ export class TurnRunner {
       // Failures are read from the stream (and logged by the turn); the default prints to stderr.
       onError: () => {},
     });
+    return {
+      fullStream: result.fullStream as unknown as AsyncIterable<TurnStreamPart>,
+      totalUsage: result.totalUsage,
+    };
   }
 
   private chargeOf(ctx: ServiceContext, plan: TurnPlan, messageId: number) {
