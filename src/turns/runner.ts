@@ -557,11 +557,12 @@ export class TurnRunner {
       plan.agent ? timing.db(skillsOfAgent(db, plan.agent.id)) : [],
       timing.db(conversationOf(db, plan.chat.id, settings.historyLimit)),
     ]);
+    // The tools first: the system prompt asks for citations when knowledge_search is among them.
+    const tools = traceTools(pausingWatchdog(additions.tools(toolSet.tools), watchdog));
     const system = additions.system(
       buildSystemPrompt({ project: plan.project, agent: plan.agent, skills, toolNotes: toolSet.notes }),
     );
     const messages: ModelMessage[] = await additions.modelMessages(db, history);
-    const tools = traceTools(pausingWatchdog(additions.tools(toolSet.tools), watchdog));
     // OpenAI Chat Completions providers take the lean client; others the AI SDK (docs/decisions.md),
     // and so do turns with a schema or attachments (the lean client sends text only).
     const lean = additions.needsSdk(messages) ? null : ctx.models.leanModel(plan.configuration);
