@@ -19,6 +19,7 @@ import type { StreamHub } from '../streams/stream-hub.js';
 import type { TurnOutcomeLabel } from '../telemetry/metrics.js';
 import { genAiModel, type SpanHandle, traceModel, traceTools, withSpan } from '../telemetry/tracing.js';
 import { TurnTiming } from '../telemetry/turn-timing.js';
+import { ApprovalGate, ApprovalWaits, withApprovals } from './approvals.js';
 import { turnStreamKey } from './events.js';
 import { describeFailure, TURN_INTERRUPTED_MESSAGE, TurnCancelled, TurnFailure } from './failure.js';
 import { finishTurn, type TurnEnd } from './finish.js';
@@ -93,6 +94,8 @@ export class TurnRunner {
   /** Ends of failed turns that could not be written yet (the database was away), retried. */
   private readonly recordings = new Set<Promise<void>>();
   private listeningForCancels = false;
+  /** Tool calls of this process's turns waiting for approval decisions (src/turns/approvals.ts). */
+  readonly approvals: ApprovalWaits;
 
   constructor(
     private readonly deps: {
@@ -106,6 +109,7 @@ export class TurnRunner {
   ) {
     // Every running turn listens for the shutdown; hundreds at once are expected, not a leak.
     setMaxListeners(0, this.shutdown.signal);
+    this.approvals = new ApprovalWaits(deps.streams.notifier, deps.log);
   }
 
   get settings(): TurnSettings {
@@ -332,11 +336,15 @@ export class TurnRunner {
       turn_id: ids.turnId,
     });
     const publisher = new StreamPublisher<TurnEvent>(streams, turnStreamKey(ids.turnId));
-    const publish = (event: TurnEvent) =>
-      publisher.publish(event).then(
+    let approvals: ApprovalGate | null = null;
+    const publish = (event: TurnEvent) => {
+      const published = publisher.publish(event);
+      approvals?.observe(event);
+      return published.then(
         () => timing.eventWritten(),
         (err) => log.error({ err, event: event.name }, 'could not publish a turn event'),
       );
+    };
     const stopLease = keepLeaseAlive(db, ids.turnId, settings.leaseMs, {
       onError: (err) => log.warn({ err }, 'could not renew the turn lease'),
       onCancelRequested: () => this.cancel(ids.turnId),
@@ -356,6 +364,24 @@ export class TurnRunner {
         ),
       ),
     );
+    if (plan.agent && plan.agent.toolsRequiringApproval.length > 0) {
+      approvals = new ApprovalGate({
+        db,
+        waits: this.approvals,
+        turn: {
+          ...ids,
+          messageId: ids.assistantMessageId,
+          organizationId: ctx.principal.organizationId,
+          projectId: plan.project.id,
+          chatId: plan.chat.id,
+        },
+        list: plan.agent.toolsRequiringApproval,
+        timeoutMs: ctx.config.approvalTimeoutMs,
+        publish,
+        signal: abort.signal,
+        watchdog,
+      });
+    }
 
     let text = '';
     let usedTools = false;
@@ -401,7 +427,7 @@ export class TurnRunner {
       return { status: 'failed', error, timing };
     };
     try {
-      const stream = await this.startModel(ctx, plan, abort.signal, watchdog, timing);
+      const stream = await this.startModel(ctx, plan, abort.signal, watchdog, timing, approvals);
       let failure: unknown = null;
       try {
         for await (const part of stream.fullStream) {
@@ -518,6 +544,7 @@ export class TurnRunner {
     signal: AbortSignal,
     watchdog: IdleWatchdog,
     timing: TurnTiming,
+    approvals: ApprovalGate | null,
   ) {
     const { database, families, settings } = this.deps;
     const db = database.db;
@@ -554,7 +581,8 @@ export class TurnRunner {
       model,
       system,
       messages,
-      tools: traceTools(pausingWatchdog(toolSet.tools, watchdog)),
+      // The approval gate is outermost: a call waiting for a person is neither run time nor a tool span.
+      tools: withApprovals(approvals, traceTools(pausingWatchdog(toolSet.tools, watchdog))),
       stopWhen: stepCountIs(settings.maxSteps),
       // Retried by withBoundedRetries: a failing provider is reported within seconds.
       maxRetries: 0,
