@@ -59,7 +59,12 @@ export function recordTurnFailed(tx: Queryable, turn: TurnRef, error: { code: st
 export function recordApprovalRequired(
   tx: Queryable,
   turn: TurnRef,
-  pending: { tool_call_id: string; tool_name: string; parameters: Record<string, unknown>; expires_at: string },
+  pending: {
+    tool_call_id: string;
+    tool_name: string;
+    parameters: Record<string, unknown>;
+    expires_at: string;
+  },
 ) {
   return recordEventIfSubscribed(tx, {
     organizationId: turn.organizationId,

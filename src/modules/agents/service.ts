@@ -83,7 +83,9 @@ function checkApprovalList(names: string[]): string[] {
 async function checkReferences(tx: Queryable, orgId: number, body: UpdateAgentBody) {
   const tools = body.tools === undefined ? undefined : checkTools(body.tools);
   const toolsRequiringApproval =
-    body.tools_requiring_approval === undefined ? undefined : checkApprovalList(body.tools_requiring_approval);
+    body.tools_requiring_approval === undefined
+      ? undefined
+      : checkApprovalList(body.tools_requiring_approval);
   if (body.model_configuration_id !== undefined && body.model_configuration_id !== null) {
     await chatModelConfiguration(tx, orgId, body.model_configuration_id, fieldRefusal());
   }

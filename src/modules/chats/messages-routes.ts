@@ -4,6 +4,8 @@ import { contextOf } from '../../http/context.js';
 import { PageQuery, pagination } from '../../http/pagination.js';
 import { IdParams, ok, v2Responses } from '../../http/schemas.js';
 import { requestArrival } from '../../telemetry/turn-timing.js';
+import { watchPauses } from '../../turns/turn-stops.js';
+import { turnStops } from './approvals-routes.js';
 import { MessageCreated, MessageList, SendMessageBody } from './schemas.js';
 import { listMessages, prepareTurn } from './service.js';
 import { awaitTurn, reattachStream, STREAM_NOTE, streamTurn } from './turn-http.js';
@@ -51,7 +53,13 @@ export async function messageRoutes(parent: FastifyInstance): Promise<void> {
         return reply;
       }
       const turn = await deps.turns.begin(ctx, plan, content, { arrivedAt });
-      const message = await awaitTurn(reply, turn, replyTimeoutMs);
+      const message = await awaitTurn(
+        reply,
+        turn,
+        replyTimeoutMs,
+        {},
+        watchPauses(turnStops(deps), plan, turn),
+      );
       return { status: 'ok' as const, response: { message } };
     },
   );
