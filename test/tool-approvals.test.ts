@@ -220,9 +220,13 @@ describe('tool approval', () => {
     const audit = await call(t, 'GET', '/api/v1/audit_events?resource_type=tool_approval', {
       key: org.orgKey,
     });
-    if (audit.status === 200) {
-      expect(JSON.stringify(audit.body)).toContain('tool_approval.approved');
-    }
+    expectStatus(audit, 200);
+    expect(audit.body.audit_events[0]).toMatchObject({
+      action: 'tool_approval.approved',
+      resource: { type: 'tool_approval', id: row.id },
+      actor: { api_key_id: row.decidedByApiKeyId, kind: 'organization' },
+      changed_fields: ['reason', 'status'],
+    });
     // Deciding again: no longer pending.
     expectV2Error(
       await call(t, 'POST', `/api/v2/chats/${chatId}/approvals/call_stream`, {

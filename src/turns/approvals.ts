@@ -160,7 +160,8 @@ export class ApprovalGate {
         return { id: row.id, pending };
       });
       await this.toolStarted(toolCallId);
-      await this.o.publish({ name: 'approval_required', data: approval.pending });
+      // A turn stopped meanwhile announces nothing; `decision` records the call as cancelled.
+      if (!signal.aborted) await this.o.publish({ name: 'approval_required', data: approval.pending });
       const decision = await this.decision(approval.id);
       if (decision.status === 'approved') return;
       throw new ToolDenied(
