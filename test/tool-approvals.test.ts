@@ -407,6 +407,120 @@ describe('tool approval', () => {
     expect(toolCalls).toHaveLength(0);
   });
 
+  it('a wait longer than the lease and the idle limit: the turn keeps its chat, and finishes once approved', async () => {
+    // A process whose lease lasts 300 ms (renewed every 100 ms) and whose model idle limit is 200 ms.
+    const short = await startSecondProcess(t, {
+      toolFamilies: testKnowledgeFamily(toolCalls),
+      turnSettings: { leaseMs: 300, modelIdleMs: 200 },
+    });
+    try {
+      const chatId = await newChat();
+      scriptToolCall('call_long');
+      const sent = await http(short.baseUrl, 'POST', `/api/v2/chats/${chatId}/messages`, {
+        content: 'Holidays?',
+      });
+      expect(sent.status, JSON.stringify(sent.body)).toBe(200);
+      expect(sent.body.response.message.status).toBe('requires_action');
+      await new Promise((resolve) => setTimeout(resolve, 1_200));
+      const [turn] = await t.deps.database
+        .query<{ status: string; live: boolean }>(
+          'select status, lease_expires_at > now() as live from chat_turns where chat_id = $1',
+          [chatId],
+        )
+        .then((r) => r.rows);
+      expect(turn).toEqual({ status: 'running', live: true });
+      const approved = await http(t.baseUrl, 'POST', `/api/v2/chats/${chatId}/approvals/call_long`, {
+        approved: true,
+      });
+      expect(approved.status, JSON.stringify(approved.body)).toBe(200);
+      expect(approved.body.response.message).toMatchObject({
+        status: 'completed',
+        tool_executions: [{ status: 'completed' }],
+      });
+    } finally {
+      await short.close();
+    }
+  });
+
+  it('a turn whose process died: its calls can no longer be decided (409), and its chat frees up as dead turns do', async () => {
+    // Its lease is long (no renewal soon); the test then lets it run out, as a killed process's would.
+    const dying = await startSecondProcess(t, {
+      toolFamilies: testKnowledgeFamily(toolCalls),
+      turnSettings: { leaseMs: 600_000 },
+    });
+    try {
+      const chatId = await newChat();
+      scriptToolCall('call_dead');
+      const sent = await http(dying.baseUrl, 'POST', `/api/v2/chats/${chatId}/messages`, {
+        content: 'Holidays?',
+      });
+      expect(sent.body.response.message.status).toBe('requires_action');
+      await t.deps.database.query(
+        "update chat_turns set lease_expires_at = now() - interval '1 second' where chat_id = $1",
+        [chatId],
+      );
+      expectV2Error(
+        await call(t, 'POST', `/api/v2/chats/${chatId}/approvals/call_dead`, {
+          key: org.orgKey,
+          body: { approved: true },
+        }),
+        409,
+        'approval_not_pending',
+      );
+      expect(toolCalls).toHaveLength(0);
+    } finally {
+      await dying.close();
+    }
+  });
+
+  it('a process shutting down does not hold its grace period for a waiting turn: the turn fails, its call is cancelled', async () => {
+    // A grace period longer than the test's timeout: waiting it out would fail the test.
+    const leaving = await startSecondProcess(t, {
+      toolFamilies: testKnowledgeFamily(toolCalls),
+      config: { ...t.deps.config, shutdownGraceMs: 120_000 },
+    });
+    const chatId = await newChat();
+    scriptToolCall('call_shutdown');
+    const sent = await http(leaving.baseUrl, 'POST', `/api/v2/chats/${chatId}/messages`, {
+      content: 'Holidays?',
+    });
+    expect(sent.body.response.message.status).toBe('requires_action');
+    await leaving.close();
+    expect(await approvalRow('call_shutdown')).toMatchObject({ status: 'cancelled' });
+    const { rows } = await t.deps.database.query<{ status: string }>(
+      'select status from chat_turns where chat_id = $1',
+      [chatId],
+    );
+    // As any turn a shutdown stops: the turn records the shutdown, its messages failed.
+    expect(rows).toEqual([{ status: 'cancelled' }]);
+    const history = await call(t, 'GET', `/api/v2/chats/${chatId}/messages`, { key: org.orgKey });
+    expect(history.body.response.messages.map((m: any) => [m.role, m.status])).toEqual([
+      ['user', 'failed'],
+      ['assistant', 'failed'],
+    ]);
+    expect(toolCalls).toHaveLength(0);
+  });
+
+  it('create with content (blocking) answers 201 with the waiting reply', async () => {
+    scriptToolCall('call_create');
+    const created = await call(t, 'POST', '/api/v2/chats', {
+      key: org.orgKey,
+      body: { project_id: org.projectId, agent_id: agentId, content: 'Holidays?' },
+    });
+    expectStatus(created, 201);
+    expect(created.body.response.message).toMatchObject({
+      status: 'requires_action',
+      pending_approvals: [{ tool_call_id: 'call_create', tool_name: 'knowledge_search' }],
+    });
+    const chatId = created.body.response.chat.id;
+    const approved = await call(t, 'POST', `/api/v2/chats/${chatId}/approvals/call_create`, {
+      key: org.orgKey,
+      body: { approved: true },
+    });
+    expectStatus(approved, 200);
+    expect(approved.body.response.message.status).toBe('completed');
+  });
+
   it('a chat without a gating agent runs its tools at once', async () => {
     const chatId = await newChat(null);
     fake.enqueue(

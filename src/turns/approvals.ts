@@ -29,12 +29,31 @@ export const needsApproval = (list: readonly string[], toolName: string): boolea
  */
 export class ApprovalWaits {
   private readonly waiting = new Map<number, Set<() => void>>();
+  /** How to stop each waiting call's turn, for a shutdown. */
+  private readonly stoppers = new Set<(reason: unknown) => void>();
+  private stopping: unknown = null;
   private listening: Promise<void> | null = null;
 
   constructor(
     private readonly notifier: Notifier,
     private readonly log: FastifyBaseLogger,
   ) {}
+
+  /**
+   * The process is shutting down: turns waiting for a person stop now (with `reason`) instead of
+   * holding the shutdown's grace period, and later calls stop as soon as they would wait.
+   */
+  stopAll(reason: unknown): void {
+    this.stopping = reason;
+    for (const stop of [...this.stoppers]) stop(reason);
+  }
+
+  /** Registers how to stop a waiting call's turn; returns the unregistration. */
+  hold(stop: (reason: unknown) => void): () => void {
+    if (this.stopping !== null) stop(this.stopping);
+    this.stoppers.add(stop);
+    return () => this.stoppers.delete(stop);
+  }
 
   wake(approvalId: number): void {
     for (const wake of this.waiting.get(approvalId) ?? []) wake();
@@ -99,6 +118,8 @@ export class ApprovalGate {
       publish: (event: TurnEvent) => Promise<void>;
       /** The turn's abort signal (cancel, shutdown, failure). */
       signal: AbortSignal;
+      /** Stops the turn (a shutdown does not wait for people). */
+      stopTurn: (reason: unknown) => void;
       /** Paused while a call waits: waiting for a person is not a silent model. */
       watchdog: IdleWatchdog;
     },
@@ -133,6 +154,7 @@ export class ApprovalGate {
   private async approve(toolName: string, toolCallId: string, input: unknown): Promise<void> {
     const { db, turn, signal } = this.o;
     const release = this.o.watchdog.hold();
+    const unhold = this.o.waits.hold(this.o.stopTurn);
     try {
       const parameters = asParameters(input);
       const approval = await db.transaction(async (tx) => {
@@ -170,6 +192,7 @@ export class ApprovalGate {
           : `The tool call was not approved within ${formatMs(this.o.timeoutMs)}; it did not run`,
       );
     } finally {
+      unhold();
       release();
     }
   }

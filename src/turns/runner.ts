@@ -79,6 +79,13 @@ export interface TurnOptions {
 /** How long a failed turn's end is retried while the database does not answer. */
 const RECORD_RETRY_MS = 10 * 60_000;
 
+/** Turns waiting for tool approvals do not get the shutdown's grace period: nobody may answer within it. */
+const SHUT_DOWN_WAITING = new TurnFailure(
+  'The server shut down while the reply waited for a tool approval',
+  'turn_cancelled',
+  true,
+);
+
 /** Cancel requests for turns running in another process arrive on this channel (payload: the turn id). */
 export const TURN_CANCEL_CHANNEL = 'scriptorium_turn_cancels';
 
@@ -268,6 +275,7 @@ export class TurnRunner {
    * to the lease's expiry.
    */
   async close(graceMs = 0): Promise<void> {
+    this.approvals.stopAll(SHUT_DOWN_WAITING);
     const pending = () => [...this.inFlight, ...this.recordings];
     if (pending().length === 0) return;
     let timer: NodeJS.Timeout | undefined;
@@ -379,6 +387,7 @@ export class TurnRunner {
         timeoutMs: ctx.config.approvalTimeoutMs,
         publish,
         signal: abort.signal,
+        stopTurn: (reason) => abort.abort(reason),
         watchdog,
       });
     }
