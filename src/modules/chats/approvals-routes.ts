@@ -4,6 +4,7 @@ import type { FastifyInstance } from 'fastify';
 import type { AppDeps } from '../../core/deps.js';
 import { contextOf } from '../../http/context.js';
 import { ApiError } from '../../http/errors.js';
+import { setIdempotentStream } from '../../http/idempotency.js';
 import { Id, ok, v2Responses } from '../../http/schemas.js';
 import { SseStream } from '../../http/sse.js';
 import { APPROVAL_CHANNEL } from '../../turns/approvals.js';
@@ -12,7 +13,7 @@ import { type TurnStopDeps, watchTurnStops } from '../../turns/turn-stops.js';
 import { decideApproval } from './approvals.js';
 import { MessageCreated } from './schemas.js';
 import { findChat } from './service.js';
-import { lostTurnEvent, relayTurn, replyTimeoutMessage, STREAM_NOTE } from './turn-http.js';
+import { lostTurnEvent, reattachStream, relayTurn, replyTimeoutMessage, STREAM_NOTE } from './turn-http.js';
 
 const tags = ['Chats'];
 
@@ -67,6 +68,17 @@ export async function approvalRoutes(parent: FastifyInstance): Promise<void> {
     async (request, reply) => {
       const ctx = contextOf(request);
       const chat = await findChat(ctx, request.params.id);
+      if (request.idempotencyStream) {
+        // A repeat of a streamed decision: that turn's stream again, no second decision.
+        await reattachStream(
+          reply,
+          deps,
+          request.idempotencyStream,
+          undefined,
+          request.idempotencyStreamAfter,
+        );
+        return reply;
+      }
       const { approved, reason, stream } = request.body;
       const decided = await decideApproval(ctx, chat.id, request.params.tool_call_id, { approved, reason });
       // Wake the waiting call: here at once, elsewhere by notification (it polls, too).
@@ -76,6 +88,9 @@ export async function approvalRoutes(parent: FastifyInstance): Promise<void> {
         .catch((err) => request.log.warn({ err }, 'could not notify the decision; the waiting turn polls'));
       if (stream) {
         const state = await deps.streams.describe(turnStreamKey(decided.turnId));
+        await setIdempotentStream(request, turnStreamKey(decided.turnId)).catch((err) =>
+          request.log.error({ err }, 'could not record the stream of an idempotent request'),
+        );
         await relayTurn(new SseStream(reply), deps, decided.turnId, state?.lastSeq ?? 0, {
           lostEvent: () => lostTurnEvent(),
         });
