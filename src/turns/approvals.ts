@@ -153,7 +153,13 @@ export class ApprovalGate {
   /** Resolves when the call is approved; throws ToolDenied, or the turn's abort reason. */
   private async approve(toolName: string, toolCallId: string, input: unknown): Promise<void> {
     const { db, turn, signal } = this.o;
-    const release = this.o.watchdog.hold();
+    // Held as a running tool under its own key (no run time is kept for it).
+    const holdKey = `approval:${toolCallId}`;
+    this.o.watchdog.toolStarted(holdKey);
+    const release = () => {
+      this.o.watchdog.toolFinished(holdKey);
+      this.o.watchdog.takeToolTime(holdKey);
+    };
     const unhold = this.o.waits.hold(this.o.stopTurn);
     try {
       const parameters = asParameters(input);

@@ -37,19 +37,6 @@ export class IdleWatchdog {
     this.touch();
   }
 
-  /** Pauses the watchdog until the returned function is called (a tool call waiting for a person). */
-  hold(): () => void {
-    this.toolsRunning += 1;
-    clearTimeout(this.timer);
-    let released = false;
-    return () => {
-      if (released) return;
-      released = true;
-      this.toolsRunning = Math.max(0, this.toolsRunning - 1);
-      this.touch();
-    };
-  }
-
   /** The measured run time of a tool call (0 when it never ran, e.g. invalid input). */
   takeToolTime(toolCallId: string): number {
     const ms = this.toolTimes.get(toolCallId) ?? 0;
