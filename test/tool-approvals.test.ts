@@ -408,10 +408,10 @@ describe('tool approval', () => {
   });
 
   it('a wait longer than the lease and the idle limit: the turn keeps its chat, and finishes once approved', async () => {
-    // A process whose lease lasts 300 ms (renewed every 100 ms) and whose model idle limit is 200 ms.
+    // A process whose lease lasts 1.5 s (renewed every 0.5 s), as does its model idle limit.
     const short = await startSecondProcess(t, {
       toolFamilies: testKnowledgeFamily(toolCalls),
-      turnSettings: { leaseMs: 300, modelIdleMs: 200 },
+      turnSettings: { leaseMs: 1_500, modelIdleMs: 1_500 },
     });
     try {
       const chatId = await newChat();
@@ -421,7 +421,7 @@ describe('tool approval', () => {
       });
       expect(sent.status, JSON.stringify(sent.body)).toBe(200);
       expect(sent.body.response.message.status).toBe('requires_action');
-      await new Promise((resolve) => setTimeout(resolve, 1_200));
+      await new Promise((resolve) => setTimeout(resolve, 4_000));
       const [turn] = await t.deps.database
         .query<{ status: string; live: boolean }>(
           'select status, lease_expires_at > now() as live from chat_turns where chat_id = $1',
