@@ -1003,7 +1003,7 @@ describe('a model failing on every try, streamed', () => {
     expect(res.events).toEqual([
       {
         event: 'error',
-        data: { message: expect.stringMatching(/kept failing \(3 attempts\).*HTTP 500/), code: 500 },
+        data: { message: expect.stringMatching(/provider answered HTTP 500 \(3 attempts\)/), code: 500 },
       },
     ]);
     expect(server.chatRequests()).toHaveLength(3);
