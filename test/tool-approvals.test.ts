@@ -301,6 +301,61 @@ describe('tool approval', () => {
     expect(await approvalRow('call_deny')).toMatchObject({ status: 'denied' });
   });
 
+  it('two gated calls in one step: deciding one answers requires_action for the other, then the reply', async () => {
+    const chatId = await newChat();
+    fake.enqueue(
+      {
+        toolCalls: [
+          { id: 'call_one', name: 'knowledge_search', arguments: { query: 'one' } },
+          { id: 'call_two', name: 'knowledge_search', arguments: { query: 'two' } },
+        ],
+      },
+      { text: 'Both done.' },
+    );
+    const sent = await call(t, 'POST', `/api/v2/chats/${chatId}/messages`, {
+      key: org.orgKey,
+      body: { content: 'Search twice' },
+    });
+    expectStatus(sent, 200);
+    expect(sent.body.response.message.status).toBe('requires_action');
+    await eventually(async () => {
+      expect(await approvalRow('call_two')).toMatchObject({ status: 'pending' });
+    });
+    const first = await call(t, 'POST', `/api/v2/chats/${chatId}/approvals/call_one`, {
+      key: org.orgKey,
+      body: { approved: true },
+    });
+    expectStatus(first, 200);
+    expect(first.body.response.message).toMatchObject({
+      status: 'requires_action',
+      pending_approvals: [{ tool_call_id: 'call_two', parameters: { query: 'two' } }],
+    });
+    const second = await call(t, 'POST', `/api/v2/chats/${chatId}/approvals/call_two`, {
+      key: org.orgKey,
+      body: { approved: false },
+    });
+    expectStatus(second, 200);
+    expect(second.body.response.message).toMatchObject({ status: 'completed', content: 'Both done.' });
+    const executions = second.body.response.message.tool_executions.map((e: any) => [
+      e.tool_call_id,
+      e.status,
+    ]);
+    expect(executions.sort()).toEqual([
+      ['call_one', 'completed'],
+      ['call_two', 'denied'],
+    ]);
+    expect(toolCalls.map((c) => c.query)).toEqual(['one']);
+    // The model read both results: the search's, and the denial.
+    const toolMessages = fake
+      .chatRequests()[1]
+      .body.messages.filter((m: { role: string }) => m.role === 'tool')
+      .map((m: any) => [m.tool_call_id, JSON.stringify(m.content)]);
+    expect(toolMessages).toEqual([
+      ['call_one', expect.stringContaining('Handbook.pdf')],
+      ['call_two', expect.stringContaining('denied')],
+    ]);
+  });
+
   it('refuses what cannot be decided: unknown call 404, another key 404, bad bodies 400', async () => {
     const chatId = await newChat();
     scriptToolCall('call_checks');
