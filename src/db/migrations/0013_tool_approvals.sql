@@ -21,5 +21,5 @@ ALTER TABLE "tool_approvals" ADD CONSTRAINT "tool_approvals_chat_id_chats_id_fk"
 ALTER TABLE "tool_approvals" ADD CONSTRAINT "tool_approvals_turn_id_chat_turns_id_fk" FOREIGN KEY ("turn_id") REFERENCES "public"."chat_turns"("id") ON DELETE no action ON UPDATE no action;--> statement-breakpoint
 ALTER TABLE "tool_approvals" ADD CONSTRAINT "tool_approvals_message_id_chat_messages_id_fk" FOREIGN KEY ("message_id") REFERENCES "public"."chat_messages"("id") ON DELETE no action ON UPDATE no action;--> statement-breakpoint
 ALTER TABLE "tool_approvals" ADD CONSTRAINT "tool_approvals_decided_by_api_key_id_api_keys_id_fk" FOREIGN KEY ("decided_by_api_key_id") REFERENCES "public"."api_keys"("id") ON DELETE no action ON UPDATE no action;--> statement-breakpoint
-CREATE UNIQUE INDEX "tool_approvals_turn_call_idx" ON "tool_approvals" USING btree ("turn_id","tool_call_id");--> statement-breakpoint
+CREATE INDEX "tool_approvals_turn_idx" ON "tool_approvals" USING btree ("turn_id","status");--> statement-breakpoint
 CREATE INDEX "tool_approvals_chat_call_idx" ON "tool_approvals" USING btree ("chat_id","tool_call_id");

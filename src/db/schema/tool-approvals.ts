@@ -1,4 +1,4 @@
-import { index, integer, jsonb, pgTable, text, uniqueIndex } from 'drizzle-orm/pg-core';
+import { index, integer, jsonb, pgTable, text } from 'drizzle-orm/pg-core';
 import { chatMessages, chats, chatTurns } from './chats.js';
 import { id, tstz } from './columns.js';
 import { apiKeys, organizations } from './core.js';
@@ -45,7 +45,8 @@ export const toolApprovals = pgTable(
     createdAt: tstz('created_at').notNull().defaultNow(),
   },
   (t) => [
-    uniqueIndex('tool_approvals_turn_call_idx').on(t.turnId, t.toolCallId),
+    // Not unique: a model may reuse a call id; the newest call is the one decided.
+    index('tool_approvals_turn_idx').on(t.turnId, t.status),
     index('tool_approvals_chat_call_idx').on(t.chatId, t.toolCallId),
   ],
 );
