@@ -25,7 +25,7 @@ import { startWebhookReceiver, type WebhookReceiver } from './helpers/webhook-re
 import { type SecondProcess, startSecondProcess } from './streams-support.js';
 
 /** Event names with consecutive `content` events as one (text deltas may be merged). */
-const runsOf = (events: { event: string }[]) =>
+const runsOf = (events: { event: string; data: unknown }[]) =>
   eventNames(events).filter((name, i, names) => name !== 'content' || names[i - 1] !== 'content');
 
 describe('tool approval', () => {
