@@ -116,6 +116,8 @@ export async function buildApp(deps: AppDeps, options: BuildOptions = {}): Promi
   // The resources themselves are closed by the composition root (src/root.ts) after the app.
   app.addHook('preClose', async () => {
     deps.streams.detachRemote();
+    // No queued message starts here any more; clients waiting for one are answered (503).
+    await deps.chatQueue.close();
     await deps.turns.close(Math.max(0, config.shutdownGraceMs - CANCEL_MARGIN_MS));
   });
   app.decorateRequest('principal', null);
@@ -183,7 +185,7 @@ export async function buildApp(deps: AppDeps, options: BuildOptions = {}): Promi
   });
 
   const metrics = registerMetrics(app);
-  app.addHook('onRequest', authenticate(deps.database));
+  app.addHook('onRequest', authenticate(deps.database, deps.streams.notifier));
   registerIdempotency(app, { lockMs: config.replyTimeoutMs + 60_000 });
 
   await app.register(operationRoutes(metrics));

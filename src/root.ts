@@ -13,6 +13,7 @@ import type { ToolFamilies } from './llm/tools/registry.js';
 import { DEFAULT_MCP_POOL_OPTIONS, McpPool } from './mcp/client-pool.js';
 import { StreamHub, type StreamHubOptions } from './streams/stream-hub.js';
 import { ServiceMetrics } from './telemetry/metrics.js';
+import { ChatQueue } from './turns/queue.js';
 import { DEFAULT_TURN_SETTINGS, TurnRunner, type TurnSettings } from './turns/runner.js';
 
 /**
@@ -123,6 +124,14 @@ export async function createRoot(config: Config, options: RootOptions = {}): Pro
     // Turns still running when the process stops are cancelled and recorded (the HTTP app gives
     // them the grace period first, see src/app.ts).
     owned('turns', () => turns.close(0));
+    // Closed before the turns: no queued message starts on a process that is stopping.
+    const chatQueue = new ChatQueue({
+      resources: { config, database, secrets, models, mcp, vectors, metrics },
+      streams,
+      turns,
+      log,
+    });
+    owned('chatQueue', () => chatQueue.close());
 
     return {
       config,
@@ -138,6 +147,7 @@ export async function createRoot(config: Config, options: RootOptions = {}): Pro
       metrics,
       toolFamilies: families,
       turns,
+      chatQueue,
       close,
     };
   } catch (err) {

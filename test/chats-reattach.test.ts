@@ -51,12 +51,12 @@ describe('reattaching to a chat stream', () => {
       key: org.orgKey,
       body: { content: 'Hi', stream: true },
     });
-    expect(res.events.map((e) => [e.id, e.event])).toEqual([
-      ['1', 'content'],
-      ['2', 'content'],
-      ['3', 'content'],
-      ['4', 'done'],
-    ]);
+    // Deltas arriving while the process is busy are merged into one event (adaptive coalescing,
+    // issue 14), so the count may be lower; the ids stay 1, 2, 3... and the first token is never held.
+    const n = res.events.length;
+    expect(res.events.map((e) => e.id)).toEqual(range(1, n).map(String));
+    expect(res.events.map((e) => e.event)).toEqual([...Array(n - 1).fill('content'), 'done']);
+    expect(streamedText(res.events as any)).toBe('abc');
     expect(res.text).toContain('event: content\ndata: {"content":"a"}\nid: 1\n\n');
   });
 
@@ -83,7 +83,7 @@ describe('reattaching to a chat stream', () => {
     expect(idsOf(rest.events)).toEqual(range(seen + 1, seen + rest.events.length));
     expect(rest.events.at(-1)!.event).toBe('done');
     const all = [...first.events, ...rest.events];
-    expect(all.filter((e) => e.event === 'content')).toHaveLength(40);
+    expect(idsOf(all)).toEqual(range(1, all.length));
     expect(streamedText(all as any)).toBe(chunks.join(''));
     expect(rest.events.at(-1)!.data.message).toMatchObject({ role: 'assistant', content: chunks.join('') });
   });
@@ -91,12 +91,15 @@ describe('reattaching to a chat stream', () => {
   it('?after= resumes the same way; with no position the whole stream replays; all of it read is a 204', async () => {
     const org = await orgWithFakeModel();
     const chat = await newChat(org);
-    server.enqueue({ chunks: ['one ', 'two ', 'three ', 'four'] });
+    server.enqueue({ chunks: ['one ', 'two ', 'three ', 'four'], chunkDelayMs: 30 });
     const original = await readSse(`${t.baseUrl}/api/v2/chats/${chat}/messages`, {
       key: org.orgKey,
       body: { content: 'Hi', stream: true },
     });
-    expect(original.events).toHaveLength(5);
+    // Usually 5 (4 deltas 30 ms apart, then done); fewer when a busy machine merged deltas.
+    const n = original.events.length;
+    expect(n).toBeGreaterThanOrEqual(3);
+    expect(idsOf(original.events)).toEqual(range(1, n));
 
     for (const base of [t.baseUrl, second.baseUrl]) {
       const after = await readSse(`${base}/api/v2/chats/${chat}/stream?after=2`, { key: org.orgKey });
@@ -106,10 +109,10 @@ describe('reattaching to a chat stream', () => {
       // The header wins over the query (EventSource resends the URL it started with).
       const header = await readSse(`${base}/api/v2/chats/${chat}/stream?after=1`, {
         key: org.orgKey,
-        headers: { 'last-event-id': '4' },
+        headers: { 'last-event-id': String(n - 1) },
       });
-      expect(header.events).toEqual(original.events.slice(4));
-      const done = await readSse(`${base}/api/v2/chats/${chat}/stream?after=5`, { key: org.orgKey });
+      expect(header.events).toEqual(original.events.slice(n - 1));
+      const done = await readSse(`${base}/api/v2/chats/${chat}/stream?after=${n}`, { key: org.orgKey });
       expect(done.status).toBe(204);
       expect(done.text).toBe('');
     }
@@ -171,7 +174,8 @@ describe('reattaching to a chat stream', () => {
       ),
     );
     const original = await writer;
-    expect(original.events).toHaveLength(21);
+    expect(idsOf(original.events)).toEqual(range(1, original.events.length));
+    expect(streamedText(original.events as any)).toBe(chunks.join(''));
     for (const reader of readers) expect(reader.events).toEqual(original.events);
   });
 
@@ -222,7 +226,11 @@ describe('reattaching to a chat stream', () => {
         key: org.orgKey,
         body: { content: 'Hi', stream: true },
       });
-      expect(res.events).toHaveLength(201);
+      // At most one event per token (busy moments merge deltas), numbered without a gap.
+      const n = res.events.length;
+      expect(n).toBeLessThanOrEqual(201);
+      expect(idsOf(res.events)).toEqual(range(1, n));
+      expect(streamedText(res.events as any)).toBe(chunks.join(''));
       await sleep(100);
       const [turn] = await t.deps.database.db.select().from(chatTurns).where(eq(chatTurns.chatId, chat));
       const mine = notices
@@ -230,12 +238,12 @@ describe('reattaching to a chat stream', () => {
         .filter((line) => line.startsWith(`chat-turn:${turn.id} `));
       expect(mine.length).toBeGreaterThan(0);
       expect(mine.length).toBeLessThanOrEqual(10);
-      expect(mine.at(-1)).toBe(`chat-turn:${turn.id} 201`);
+      expect(mine.at(-1)).toBe(`chat-turn:${turn.id} ${n}`);
       const stored = await t.deps.database.db
         .select({ seq: streamEvents.seq })
         .from(streamEvents)
         .where(eq(streamEvents.streamKey, `chat-turn:${turn.id}`));
-      expect(stored.map((r) => r.seq).sort((a, b) => a - b)).toEqual(range(1, 201));
+      expect(stored.map((r) => r.seq).sort((a, b) => a - b)).toEqual(range(1, n));
     } finally {
       await notifier.close();
     }

@@ -118,6 +118,14 @@ export async function postStream(
 }
 
 export const eventNames = (events: SseEvent[]) => events.map((e) => e.event);
+
+/**
+ * Event names with each run of `content` events shown once: text deltas that arrive while the
+ * process is busy are merged into one event (adaptive coalescing, issue 14), so how many content
+ * events a reply makes depends on timing; their order against other events does not.
+ */
+export const eventKinds = (events: SseEvent[]) =>
+  eventNames(events).filter((name, i, all) => name !== 'content' || all[i - 1] !== 'content');
 export const streamedText = (events: SseEvent[]) =>
   events
     .filter((e) => e.event === 'content')

@@ -11,7 +11,7 @@ import {
 import {
   addModel,
   type ChatTestApp,
-  eventNames,
+  eventKinds,
   eventually,
   postStream,
   startChatApp,
@@ -79,7 +79,7 @@ describe('chat turns with connected tool servers', () => {
       content: 'Echo ping please',
       stream: true,
     });
-    expect(eventNames(res.events)).toEqual(['tool_start', 'tool_result', 'content', 'content', 'done']);
+    expect(eventKinds(res.events)).toEqual(['tool_start', 'tool_result', 'content', 'done']);
     expect(res.events[0].data).toEqual({
       tool_call_id: 'call_echo',
       tool_name: 'desk__echo',
@@ -162,7 +162,7 @@ describe('chat turns with connected tool servers', () => {
       content: 'Run the slow tool',
       stream: true,
     });
-    expect(eventNames(res.events)).toEqual(['tool_start', 'tool_result', 'content', 'content', 'done']);
+    expect(eventKinds(res.events)).toEqual(['tool_start', 'tool_result', 'content', 'done']);
     expect(res.events[1].data).toMatchObject({
       tool_call_id: 'call_hang',
       result: null,

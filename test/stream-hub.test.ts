@@ -67,7 +67,10 @@ describe('the stream hub', () => {
     publisher.open(key);
     const reader = collect(publisher, key);
     await publisher.publish(key, 1, 'content', { content: 'a' });
-    expect(reader.events).toEqual([{ seq: 1, name: 'content', data: { content: 'a' } }]);
+    // With its JSON, encoded once for the SSE write and the stored row alike.
+    expect(reader.events).toEqual([
+      { seq: 1, name: 'content', data: { content: 'a' }, json: '{"content":"a"}' },
+    ]);
     const stored = await testDb.database.db
       .select()
       .from(streamEvents)

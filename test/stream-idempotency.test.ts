@@ -70,7 +70,10 @@ describe('Idempotency-Key on streamed chat requests', () => {
     // While it runs, from another process: everything from event 1, then live to the end.
     const repeat = await readSse(url(second.baseUrl), { key: org.orgKey, body, headers: idem('create-1') });
     expect(repeat.status).toBe(200);
-    expect(idsOf(repeat.events)).toEqual(range(1, 31));
+    // At most one event per token (busy moments merge deltas), without a gap.
+    const n = repeat.events.length;
+    expect(n).toBeLessThanOrEqual(31);
+    expect(idsOf(repeat.events)).toEqual(range(1, n));
     expect(repeat.events.slice(0, first.events.length)).toEqual(first.events);
     const done = repeat.events.at(-1)!;
     expect(done.event).toBe('done');
@@ -92,10 +95,10 @@ describe('Idempotency-Key on streamed chat requests', () => {
     const resumed = await readSse(url(second.baseUrl), {
       key: org.orgKey,
       body,
-      headers: { ...idem('create-1'), 'last-event-id': '27' },
+      headers: { ...idem('create-1'), 'last-event-id': String(n - 3) },
     });
-    expect(idsOf(resumed.events)).toEqual(range(28, 31));
-    expect(resumed.events).toEqual(repeat.events.slice(27));
+    expect(idsOf(resumed.events)).toEqual(range(n - 2, n));
+    expect(resumed.events).toEqual(repeat.events.slice(n - 3));
     expectV2Error(
       await call(t, 'POST', '/api/v2/chats', {
         key: org.orgKey,

@@ -3,6 +3,7 @@ import type { JobQueue } from '../jobs/queue.js';
 import type { DocumentExtractor } from '../knowledge/extractor.js';
 import type { ToolFamilies } from '../llm/tools/registry.js';
 import type { StreamHub } from '../streams/stream-hub.js';
+import type { ChatQueue } from '../turns/queue.js';
 import type { TurnRunner } from '../turns/runner.js';
 import type { ServiceResources } from './context.js';
 
@@ -23,4 +24,6 @@ export interface AppDeps extends ServiceResources {
   toolFamilies: ToolFamilies;
   /** Runs chat turns detached from requests. */
   turns: TurnRunner;
+  /** Messages waiting for their busy chat (`if_busy: "enqueue"`), started by whichever process finds it free. */
+  chatQueue: ChatQueue;
 }

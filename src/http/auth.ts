@@ -1,9 +1,11 @@
 import { and, eq, isNull, or, sql } from 'drizzle-orm';
 import type { FastifyRequest } from 'fastify';
 import type { Principal } from '../core/principal.js';
+import { PRINCIPALS_CHANNEL, PrincipalCache } from '../core/principal-cache.js';
 import type { Database } from '../db/client.js';
 import { apiKeys, organizations, users } from '../db/schema/index.js';
 import { hashKey } from '../modules/api-keys/secrets.js';
+import type { Notifier } from '../streams/notifier.js';
 import { ApiError, familyOf, forbidden, unauthorized } from './errors.js';
 
 /** Who may call a route: `organization` (default for /api) = organization and personal keys. */
@@ -26,19 +28,26 @@ function bearerToken(header: string | undefined): string | null {
   return match ? match[1] : null;
 }
 
-/** Resolves `Authorization: Bearer` to a principal, with the 401/403 rules of each API family. */
-export function authenticate(database: Database) {
-  return async function authHook(request: FastifyRequest) {
-    const family = familyOf(request.url);
-    const access: Access =
-      request.routeOptions.config?.access ?? (family === 'plain' ? 'public' : 'organization');
-    // Unknown routes answer 404 whatever the key.
-    if (access === 'public' || !request.routeOptions.url) return;
+interface KeyRow {
+  id: number;
+  kind: Principal['kind'];
+  organizationId: number | null;
+  userId: number | null;
+  role: 'admin' | 'member' | null;
+}
 
-    const token = bearerToken(request.headers.authorization);
-    if (!token)
-      throw unauthorized('Missing API key: send Authorization: Bearer <API_KEY>', 'missing_api_key');
-
+/**
+ * Resolves `Authorization: Bearer` to a principal, with the 401/403 rules of each API family.
+ * Keys are cached for at most a second (core/principal-cache.ts), dropped at once when the
+ * notifier announces a change of keys, users or organizations.
+ */
+export function authenticate(database: Database, notifier?: Notifier) {
+  const cache = new PrincipalCache<KeyRow>(database.db);
+  if (notifier) {
+    notifier.onReconnect(() => cache.clear());
+    void notifier.listen(PRINCIPALS_CHANNEL, () => cache.clear()).catch(() => {});
+  }
+  const load = async (keyHash: string, request: FastifyRequest): Promise<KeyRow | null> => {
     const [row] = await database.db
       .select({
         id: apiKeys.id,
@@ -54,13 +63,44 @@ export function authenticate(database: Database) {
       .leftJoin(users, eq(users.id, apiKeys.userId))
       .where(
         and(
-          eq(apiKeys.keyHash, hashKey(token)),
+          eq(apiKeys.keyHash, keyHash),
           isNull(apiKeys.revokedAt),
           or(isNull(apiKeys.organizationId), eq(organizations.active, true)),
           or(isNull(apiKeys.userId), isNull(users.deletedAt)),
         ),
       )
       .limit(1);
+    if (!row) return null;
+    if (!row.recentlyUsed) {
+      // Best effort and throttled: a failed bookkeeping write must not fail the request.
+      database.db
+        .update(apiKeys)
+        .set({ lastUsedAt: sql`now()` })
+        .where(eq(apiKeys.id, row.id))
+        .catch((err) => request.log.warn({ err }, 'could not record key use'));
+    }
+    return {
+      id: row.id,
+      kind: row.kind,
+      organizationId: row.organizationId,
+      userId: row.userId,
+      role: row.role,
+    };
+  };
+  return async function authHook(request: FastifyRequest) {
+    const family = familyOf(request.url);
+    const access: Access =
+      request.routeOptions.config?.access ?? (family === 'plain' ? 'public' : 'organization');
+    // Unknown routes answer 404 whatever the key.
+    if (access === 'public' || !request.routeOptions.url) return;
+
+    const token = bearerToken(request.headers.authorization);
+    if (!token)
+      throw unauthorized('Missing API key: send Authorization: Bearer <API_KEY>', 'missing_api_key');
+
+    // Cached by the key's hash, as stored: the cache holds no usable key.
+    const keyHash = hashKey(token);
+    const row = await cache.resolve(keyHash, () => load(keyHash, request));
 
     if (!row) {
       // Spec 5: an invalid or revoked key is 403 on chat endpoints, 401 on v1 (DESIGN.md 4).
@@ -85,14 +125,5 @@ export function authenticate(database: Database) {
             ? 'admin'
             : (row.role ?? 'member'),
     };
-
-    if (!row.recentlyUsed) {
-      // Best effort and throttled: a failed bookkeeping write must not fail the request.
-      database.db
-        .update(apiKeys)
-        .set({ lastUsedAt: sql`now()` })
-        .where(eq(apiKeys.id, row.id))
-        .catch((err) => request.log.warn({ err }, 'could not record key use'));
-    }
   };
 }

@@ -41,8 +41,13 @@ export class SseStream {
   }
 
   send(event: string, data: unknown, id?: number | string): void {
+    this.sendJson(event, JSON.stringify(data), id);
+  }
+
+  /** `send` with the data already encoded (one JSON line, as `JSON.stringify` makes it). */
+  sendJson(event: string, json: string, id?: number | string): void {
     const idLine = id === undefined ? '' : `id: ${id}\n`;
-    this.write(`event: ${event}\ndata: ${JSON.stringify(data)}\n${idLine}\n`);
+    this.write(`event: ${event}\ndata: ${json}\n${idLine}\n`);
   }
 
   end(): void {

@@ -14,6 +14,8 @@ import { attemptDelivery, DELIVER_QUEUE, type DeliverJob } from './webhook-deliv
 export interface WorkerOptions {
   /** How often this process looks for undispatched webhook events. */
   outboxIntervalMs?: number;
+  /** How often this process looks for queued chat messages whose chat is free. */
+  queueSweepIntervalMs?: number;
 }
 
 /**
@@ -27,6 +29,8 @@ export async function registerWorkers(
 ): Promise<void> {
   await registerDocumentWorker(deps, log);
   deps.jobs.repeat('webhooks-outbox', options.outboxIntervalMs ?? 1000, () => drainOutbox(deps));
+  // Queued chat messages whose chat is free (their accepting process may have died): started here.
+  deps.jobs.repeat('chat-queue', options.queueSweepIntervalMs ?? 1000, () => deps.chatQueue.sweep());
 
   // Up to 10 attempts run together per poll; each has its own 10 s deadline.
   await deps.jobs.work<DeliverJob>(

@@ -36,7 +36,8 @@ export function withBoundedRetries(
   });
 }
 
-async function retrying<T>(
+/** Calls `call` until it succeeds or `policy` gives up (also used by the lean client, llm/lean-client.ts). */
+export async function retrying<T>(
   call: () => PromiseLike<T>,
   policy: RetryPolicy,
   signal?: AbortSignal,

@@ -2,7 +2,8 @@ import type { LanguageModelV3 } from '@ai-sdk/provider';
 import type { SecretBox } from '../crypto/secret-box.js';
 import type { ModelConfigurationRow } from '../db/schema/index.js';
 import type { ModelUrlRule } from '../net/model-base-url.js';
-import { createLanguageModel } from './providers.js';
+import type { LeanModel } from './lean-client.js';
+import { createLanguageModel, leanModelOf } from './providers.js';
 
 /**
  * Provider models hold only their settings, so one serves every turn with the same settings: the
@@ -13,6 +14,7 @@ import { createLanguageModel } from './providers.js';
 export class ModelCache {
   private static readonly MAX = 500;
   private readonly models = new Map<string, LanguageModelV3>();
+  private readonly leanModels = new Map<string, LeanModel | null>();
 
   constructor(
     private readonly secrets: SecretBox,
@@ -45,7 +47,34 @@ export class ModelCache {
     return model;
   }
 
+  /**
+   * The configuration's lean streaming client (llm/lean-client.ts) for chat turns, or null when
+   * the provider is not an OpenAI Chat Completions one (those stay on the AI SDK).
+   */
+  leanModel(configuration: ModelConfigurationRow): LeanModel | null {
+    if (configuration.provider !== 'openai-compatible' && configuration.provider !== 'openai') return null;
+    const key = JSON.stringify([
+      configuration.provider,
+      configuration.model,
+      configuration.baseUrl,
+      configuration.apiKeyEncrypted,
+    ]);
+    const cached = this.leanModels.get(key);
+    if (cached !== undefined) return cached;
+    const model = leanModelOf({
+      provider: configuration.provider,
+      model: configuration.model,
+      baseUrl: configuration.baseUrl,
+      apiKey: configuration.apiKeyEncrypted ? this.secrets.decrypt(configuration.apiKeyEncrypted) : null,
+      outbound: this.outbound,
+    });
+    if (this.leanModels.size >= ModelCache.MAX) this.leanModels.clear();
+    this.leanModels.set(key, model);
+    return model;
+  }
+
   close(): void {
     this.models.clear();
+    this.leanModels.clear();
   }
 }

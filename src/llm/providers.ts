@@ -2,8 +2,9 @@ import { createAnthropic } from '@ai-sdk/anthropic';
 import { createOpenAI } from '@ai-sdk/openai';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
 import type { EmbeddingModelV3, LanguageModelV3 } from '@ai-sdk/provider';
-import { guardedModelFetch, type ModelUrlRule } from '../net/model-base-url.js';
+import { guardedModelDispatcher, guardedModelFetch, type ModelUrlRule } from '../net/model-base-url.js';
 import { BuiltinLanguageModel } from './builtin-model.js';
+import type { LeanModel } from './lean-client.js';
 
 export interface ProviderSpec {
   /** No vendor endpoint to fall back on: a base URL is required. */
@@ -76,6 +77,38 @@ export function createLanguageModel(settings: ModelSettings): LanguageModelV3 {
     default:
       throw new ProviderConfigurationError(`Unknown model provider: ${String(settings.provider)}`);
   }
+}
+
+/**
+ * The lean client's target (llm/lean-client.ts) for the OpenAI Chat Completions providers, with
+ * the same URL, key and guarded fetch as their AI SDK models; null for other providers, and for
+ * `openai` without a key anywhere (the SDK model then reports the missing key, as before).
+ */
+export function leanModelOf(settings: ModelSettings): LeanModel | null {
+  if (settings.provider !== 'openai-compatible' && settings.provider !== 'openai') return null;
+  const model = requireModel(settings);
+  let base = normalizeBaseUrl(settings.baseUrl);
+  let apiKey: string | undefined;
+  if (settings.provider === 'openai-compatible') {
+    if (!base) return null; // openAICompatibleProvider reports it
+    apiKey = settings.apiKey ?? undefined;
+  } else {
+    apiKey = apiKeyFor(settings) ?? process.env.OPENAI_API_KEY;
+    if (apiKey === undefined) return null;
+    base ??= 'https://api.openai.com/v1';
+  }
+  return {
+    provider: settings.provider,
+    model,
+    url: `${base}/chat/completions`,
+    headers: {
+      'content-type': 'application/json',
+      ...(apiKey !== undefined && (settings.provider === 'openai' || apiKey)
+        ? { authorization: `Bearer ${apiKey}` }
+        : {}),
+    },
+    dispatcher: guardedModelDispatcher(settings.outbound),
+  };
 }
 
 /** Null when the provider has no embeddings API (Anthropic) or no real model (builtin). */

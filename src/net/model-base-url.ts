@@ -1,4 +1,4 @@
-import { Agent, fetch as undiciFetch } from 'undici';
+import { Agent, type Dispatcher, getGlobalDispatcher, fetch as undiciFetch } from 'undici';
 import { checkOutboundUrl, guardedLookup, OutboundUrlError } from './outbound.js';
 
 /** What decides where a model configuration's `base_url` may point. */
@@ -64,5 +64,21 @@ export function guardedModelFetch(rule: ModelUrlRule): typeof fetch {
       input as never,
       { ...init, dispatcher: agent } as never,
     ) as unknown as Promise<Response>;
+  };
+}
+
+/**
+ * The same guard for undici's `request` (the lean model client, llm/lean-client.ts): the URL is
+ * checked on every call (throws `OutboundUrlError`), and the dispatcher to use is returned: one
+ * that checks resolved addresses, unless private addresses are allowed or the host is allow-listed.
+ */
+export function guardedModelDispatcher(rule: ModelUrlRule): (url: string) => Dispatcher {
+  let agent: Agent | null = null;
+  return (raw) => {
+    if (rule.outboundAllowPrivate) return getGlobalDispatcher();
+    const url = assertModelBaseUrlAllowed(raw, rule);
+    if (isAllowListed(url, rule.modelBaseUrlAllow)) return getGlobalDispatcher();
+    agent ??= new Agent({ connect: { lookup: guardedLookup(false) } });
+    return agent;
   };
 }

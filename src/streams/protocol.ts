@@ -18,6 +18,11 @@ export interface EventSpec {
 
 /** A chat turn's events (spec 6.1): `POST /api/v2/chats...` with `stream: true` and `GET /chats/:id/stream`. */
 export const ChatStreamEvents = {
+  queued: {
+    summary:
+      'First event of a message sent with `if_busy: "enqueue"` while a turn runs: it waits, `position` 1 being next (issue 17). The events of its own turn follow when it starts',
+    payload: Type.Object({ message_id: Type.Integer(), position: Type.Integer({ minimum: 1 }) }),
+  },
   content: { summary: 'A chunk of assistant text', payload: Type.Object({ content: Type.String() }) },
   tool_start: {
     summary: 'A tool call begins',
@@ -49,7 +54,13 @@ export const ChatStreamEvents = {
   },
   error: {
     summary: 'The turn failed; code is the HTTP status it maps to; on create also the chat that was kept',
-    payload: Type.Object({ message: Type.String(), code: Type.Integer(), chat: Type.Optional(ChatView) }),
+    payload: Type.Object({
+      message: Type.String(),
+      code: Type.Integer(),
+      /** The error code of a queued message's refusal (`queue_full`, `dequeued`, `insufficient_credits`...). */
+      error: Type.Optional(Type.String()),
+      chat: Type.Optional(ChatView),
+    }),
     final: true,
   },
 } satisfies Record<string, EventSpec>;

@@ -41,7 +41,8 @@ export function relayStream(
       onEvent: (event: StreamEvent) => {
         if (finished) return;
         lastId = event.seq;
-        sse.send(event.name, event.data, event.seq);
+        if (event.json !== undefined) sse.sendJson(event.name, event.json, event.seq);
+        else sse.send(event.name, event.data, event.seq);
         if (isFinalEvent(event.name)) finish();
       },
       onEnd: (reason: StreamEnd) => {

@@ -8,6 +8,11 @@ export interface StreamEvent {
   seq: number;
   name: string;
   data: unknown;
+  /**
+   * `data` as JSON, encoded once when published here: the SSE write and the stored row share it
+   * (absent on events read back from the table).
+   */
+  json?: string;
 }
 
 /**
@@ -77,7 +82,8 @@ interface PendingEvent {
   key: string;
   seq: number;
   name: string;
-  data: unknown;
+  /** The event's data as JSON (StreamEvent.json). */
+  json: string;
   final: boolean;
 }
 
@@ -145,10 +151,13 @@ export class StreamHub {
     if (!this.local.has(key)) this.open(key);
     const stream = this.local.get(key)!;
     if (stream.ended) return Promise.resolve();
-    const event: StreamEvent = { seq, name, data };
+    const json = JSON.stringify(data) ?? 'null';
+    const event: StreamEvent = { seq, name, data, json };
     stream.events.push(event);
-    for (const listener of [...stream.listeners]) this.deliver(listener, event);
-    this.pending.push({ key, seq, name, data, final });
+    if (stream.listeners.size === 1) for (const listener of stream.listeners) this.deliver(listener, event);
+    else if (stream.listeners.size > 1)
+      for (const listener of [...stream.listeners]) this.deliver(listener, event);
+    this.pending.push({ key, seq, name, json, final });
     if (!final) {
       this.scheduleFlush();
       return Promise.resolve();
@@ -335,7 +344,7 @@ export class StreamHub {
     const notices = batch.length === 0 ? [] : notifyPayloads(last);
     try {
       await this.database.query(WRITE_BATCH_SQL, [
-        jsonForDatabase(batch.map((e) => ({ k: e.key, s: e.seq, n: e.name, d: e.data }))),
+        batchJson(batch),
         JSON.stringify([...last].map(([k, head]) => ({ k, s: head.seq, f: head.final }))),
         this.options.aliveMs / 1000,
         EVENTS_CHANNEL,
@@ -430,6 +439,20 @@ function notifyPayloads(last: Map<string, { seq: number }>): string[] {
   }
   if (current) payloads.push(current);
   return payloads;
+}
+
+/**
+ * The batch parameter of WRITE_BATCH_SQL, built around each event's JSON as published (no second
+ * encoding of the data); jsonb refuses NUL characters, which become U+FFFD.
+ */
+function batchJson(batch: PendingEvent[]): string {
+  let out = '[';
+  for (let i = 0; i < batch.length; i++) {
+    const e = batch[i]!;
+    const data = e.json.includes('\\u0000') ? jsonForDatabase(JSON.parse(e.json)) : e.json;
+    out += `${i === 0 ? '' : ','}{"k":${JSON.stringify(e.key)},"s":${e.seq},"n":${JSON.stringify(e.name)},"d":${data}}`;
+  }
+  return `${out}]`;
 }
 
 /** JSON for a jsonb parameter; jsonb refuses NUL characters, which become U+FFFD. */

@@ -172,6 +172,63 @@ export function traceModel(model: LanguageModelV3, provider: string, modelName: 
   }) as LanguageModelV3;
 }
 
+/** A `chat {model}` span of a model call made without the AI SDK (llm/lean-client.ts). */
+export interface ModelSpan {
+  /** Runs the request inside the span, so `traceparent` reaches the provider from it. */
+  run<T>(fn: () => Promise<T>): Promise<T>;
+  responseModel(model: string): void;
+  finished(
+    usage: { inputTokens: number; outputTokens: number } | null,
+    finishReason: string,
+    text: string,
+  ): void;
+  fail(err: unknown): void;
+  end(): void;
+}
+
+const NO_MODEL_SPAN: ModelSpan = {
+  run: (fn) => fn(),
+  responseModel: () => {},
+  finished: () => {},
+  fail: () => {},
+  end: () => {},
+};
+
+/** The same span `traceModel` makes for an AI SDK model call; a no-op when tracing is off. */
+export function startModelSpan(provider: string, modelName: string, prompt: unknown): ModelSpan {
+  if (!state.enabled) return NO_MODEL_SPAN;
+  const span = tracer().startSpan(`chat ${modelName}`, {
+    kind: SpanKind.CLIENT,
+    attributes: { 'gen_ai.operation.name': 'chat', ...genAiModel(provider, modelName) },
+  });
+  if (recordingContent()) span.setAttribute('gen_ai.input.messages', JSON.stringify(prompt));
+  let modelSeen = false;
+  let ended = false;
+  return {
+    run: (fn) => context.with(trace.setSpan(context.active(), span), fn),
+    responseModel(model) {
+      if (modelSeen) return;
+      modelSeen = true;
+      span.setAttribute('gen_ai.response.model', model);
+    },
+    finished(usage, finishReason, text) {
+      span.setAttributes({
+        'gen_ai.usage.input_tokens': usage?.inputTokens ?? 0,
+        'gen_ai.usage.output_tokens': usage?.outputTokens ?? 0,
+        'gen_ai.response.finish_reasons': [finishReason],
+      });
+      if (text && recordingContent())
+        span.setAttribute('gen_ai.output.messages', JSON.stringify([{ role: 'assistant', text }]));
+    },
+    fail: (err) => failed(span, err),
+    end() {
+      if (ended) return;
+      ended = true;
+      span.end();
+    },
+  };
+}
+
 /** Each tool call an `execute_tool {name}` span: parent of what the tool calls (an MCP server). */
 export function traceTools(tools: Record<string, Tool>): Record<string, Tool> {
   if (!state.enabled) return tools;

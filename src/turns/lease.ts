@@ -1,7 +1,7 @@
 import { and, eq, inArray, lt, sql } from 'drizzle-orm';
 import type { Queryable } from '../db/client.js';
 import { type ChatTurnStatus, chatMessages, chatTurns } from '../db/schema/index.js';
-import { conflict } from '../http/errors.js';
+import { ApiError } from '../http/errors.js';
 import { turnStreamKey } from './events.js';
 import { recordTurnFailed } from './webhook-events.js';
 
@@ -76,12 +76,26 @@ export async function acquireTurnLease(
     })
     .onConflictDoNothing()
     .returning({ id: chatTurns.id });
-  if (!turn)
-    throw conflict(
-      'Another message is being processed for this chat; wait for its reply, then send again',
-      'turn_in_progress',
-    );
+  if (!turn) throw await turnInProgress(tx, lease.chatId);
   return turn.id;
+}
+
+/**
+ * The 409 of a busy chat (spec 8), naming the running turn and where to follow it:
+ * `response.running_turn: {id, stream_url}` (issue 17).
+ */
+async function turnInProgress(tx: Queryable, chatId: number): Promise<ApiError> {
+  const [running] = await tx
+    .select({ id: chatTurns.id })
+    .from(chatTurns)
+    .where(and(eq(chatTurns.chatId, chatId), eq(chatTurns.status, 'running')));
+  return new ApiError(
+    409,
+    'turn_in_progress',
+    'Another message is being processed for this chat; wait for its reply, then send again',
+    {},
+    running ? { running_turn: { id: running.id, stream_url: `/api/v2/chats/${chatId}/stream` } } : {},
+  );
 }
 
 /** Why a turn's messages failed when its process stopped without finishing it. */

@@ -1,18 +1,19 @@
 import { setMaxListeners } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type ModelMessage, stepCountIs, streamText } from 'ai';
-import { eq, sql } from 'drizzle-orm';
 import type { FastifyBaseLogger } from 'fastify';
 import type { ServiceContext } from '../core/context.js';
-import type { Database } from '../db/client.js';
-import { type AgentTool, chatMessages, chats } from '../db/schema/index.js';
+import type { Database, Queryable } from '../db/client.js';
+import type { AgentTool } from '../db/schema/index.js';
 import { ApiError } from '../http/errors.js';
 import { DEFAULT_RETRY_POLICY, withBoundedRetries } from '../llm/bounded-retries.js';
+import { streamLean, type TurnModelStream, type TurnStreamPart } from '../llm/lean-client.js';
 import { collectTools, type ToolFamilies, type ToolScope } from '../llm/tools/registry.js';
 import { presentMessage } from '../modules/chats/presenter.js';
 import type { ChatView, MessageView } from '../modules/chats/schemas.js';
 import { conversationOf, messageView, titleFrom } from '../modules/chats/service.js';
 import { ensureCredits, type Usage } from '../modules/credits/service.js';
+import { ContentCoalescer } from '../streams/coalescer.js';
 import { chatDone, chatError, type TurnEvent } from '../streams/protocol.js';
 import { StreamPublisher } from '../streams/publisher.js';
 import type { StreamHub } from '../streams/stream-hub.js';
@@ -23,10 +24,11 @@ import { ApprovalGate, ApprovalWaits, withApprovals } from './approvals.js';
 import { turnStreamKey } from './events.js';
 import { describeFailure, TURN_INTERRUPTED_MESSAGE, TurnCancelled, TurnFailure } from './failure.js';
 import { finishTurn, type TurnEnd } from './finish.js';
-import { acquireTurnLease, keepLeaseAlive } from './lease.js';
+import { keepLeaseAlive } from './lease.js';
 import type { TurnPlan } from './plan.js';
 import { buildSystemPrompt, expandSlashCommand, skillsOfAgent } from './system-prompt.js';
 import { asParameters, recordToolExecution } from './tool-executions.js';
+import { insertTurnRows } from './turn-start.js';
 import { IdleWatchdog, pausingWatchdog } from './watchdog.js';
 
 export type { TurnPlan } from './plan.js';
@@ -74,6 +76,11 @@ export interface TurnOptions {
   announceChat?: ChatView;
   /** When the request arrived (`requestArrival`), so the turn's timing counts from it. */
   arrivedAt?: number;
+  /**
+   * Runs in the transaction that takes the chat's lease, after it (src/turns/queue.ts marks its
+   * queued message started there); throwing rolls the turn back.
+   */
+  onLeased?: (tx: Queryable, ids: { turnId: number; userMessageId: number }) => Promise<void>;
 }
 
 /** How long a failed turn's end is retried while the database does not answer. */
@@ -189,46 +196,23 @@ export class TurnRunner {
     if (slash.status === 'rejected') throw slash.reason;
     const skill = slash.value;
     const ids = await timing.db(
+      // Both messages, the lease pointing at them and the chat's title in one statement
+      // (turn-start.ts); a refused lease (409) rolls the messages back with the transaction.
       db.transaction(async (tx) => {
-        // Both messages in one statement, then the lease pointing at them: a refused lease (409)
-        // rolls the messages back with it.
-        const inserted = await tx
-          .insert(chatMessages)
-          .values([
-            {
-              organizationId: principal.organizationId,
-              chatId: plan.chat.id,
-              role: 'user',
-              content,
-              prompt: skill?.prompt ?? null,
-              status: 'completed',
-              completedAt: sql`now()`,
-            },
-            {
-              organizationId: principal.organizationId,
-              chatId: plan.chat.id,
-              role: 'assistant',
-              model: plan.configuration.model,
-              modelConfigurationId: plan.configuration.id,
-              status: 'generating',
-            },
-          ])
-          .returning({ id: chatMessages.id, role: chatMessages.role });
-        const userMessageId = inserted.find((m) => m.role === 'user')!.id;
-        const assistantMessageId = inserted.find((m) => m.role === 'assistant')!.id;
-        const turnId = await acquireTurnLease(tx, {
+        const rows = await insertTurnRows(tx, {
           organizationId: principal.organizationId,
           projectId: plan.project.id,
           chatId: plan.chat.id,
           leaseMs: this.deps.settings.leaseMs,
-          userMessageId,
-          assistantMessageId,
+          content,
+          prompt: skill?.prompt ?? null,
+          model: plan.configuration.model,
+          modelConfigurationId: plan.configuration.id,
+          title: titleFrom(content),
         });
-        await tx
-          .update(chats)
-          .set({ updatedAt: sql`now()`, title: sql`coalesce(${chats.title}, ${titleFrom(content)})` })
-          .where(eq(chats.id, plan.chat.id));
-        return { turnId, userMessageId, assistantMessageId };
+        // A queued message's turn (queue.ts) is marked started in the lease's transaction: it runs once.
+        await options.onLeased?.(tx, { turnId: rows.turnId, userMessageId: rows.userMessageId });
+        return rows;
       }),
     );
     timing.started();
@@ -345,13 +329,21 @@ export class TurnRunner {
     });
     const publisher = new StreamPublisher<TurnEvent>(streams, turnStreamKey(ids.turnId));
     let approvals: ApprovalGate | null = null;
-    const publish = (event: TurnEvent) => {
-      const published = publisher.publish(event);
-      approvals?.observe(event);
-      return published.then(
+    const publishNow = (event: TurnEvent) =>
+      publisher.publish(event).then(
         () => timing.eventWritten(),
         (err) => log.error({ err, event: event.name }, 'could not publish a turn event'),
       );
+    // Text deltas merge while the process is busy (streams/coalescer.ts); any other event first
+    // publishes what is merged, so the order stays the model's.
+    const content = new ContentCoalescer(
+      (text) => void publishNow({ name: 'content', data: { content: text } }),
+    );
+    const publish = (event: TurnEvent) => {
+      content.flush();
+      const published = publishNow(event);
+      approvals?.observe(event);
+      return published;
     };
     const stopLease = keepLeaseAlive(db, ids.turnId, settings.leaseMs, {
       onError: (err) => log.warn({ err }, 'could not renew the turn lease'),
@@ -445,7 +437,7 @@ export class TurnRunner {
             if (!part.text) continue;
             timing.modelChunk();
             text += part.text;
-            await publish({ name: 'content', data: { content: part.text } });
+            content.push(part.text);
           } else if (part.type === 'tool-call') {
             timing.modelChunk();
             await publish({
@@ -554,14 +546,11 @@ export class TurnRunner {
     watchdog: IdleWatchdog,
     timing: TurnTiming,
     approvals: ApprovalGate | null,
-  ) {
+  ): Promise<TurnModelStream> {
     const { database, families, settings } = this.deps;
     const db = database.db;
     const { provider, model: modelName } = plan.configuration;
-    const model = withBoundedRetries(
-      traceModel(ctx.models.languageModel(plan.configuration), provider, modelName),
-      { ...DEFAULT_RETRY_POLICY, retries: settings.maxRetries },
-    );
+    const retry = { ...DEFAULT_RETRY_POLICY, retries: settings.maxRetries };
     const scope: ToolScope = {
       ctx,
       projectId: plan.project.id,
@@ -584,14 +573,34 @@ export class TurnRunner {
     const messages: ModelMessage[] = history
       .map((m) => ({ role: m.role, content: m.prompt ?? m.content }))
       .filter((m) => m.content.length > 0);
+    // The approval gate is outermost: a call waiting for a person is neither run time nor a tool span.
+    const tools = withApprovals(approvals, traceTools(pausingWatchdog(toolSet.tools, watchdog)));
+    // OpenAI Chat Completions providers take the lean client; others the AI SDK (docs/decisions.md).
+    const lean = ctx.models.leanModel(plan.configuration);
+    const model = lean
+      ? null
+      : withBoundedRetries(
+          traceModel(ctx.models.languageModel(plan.configuration), provider, modelName),
+          retry,
+        );
     watchdog.start();
     timing.modelRequest();
-    return streamText({
-      model,
+    if (lean) {
+      return streamLean(lean, {
+        system,
+        messages,
+        tools,
+        maxSteps: settings.maxSteps,
+        signal,
+        retry,
+        onActivity: () => watchdog.touch(),
+      });
+    }
+    const result = streamText({
+      model: model!,
       system,
       messages,
-      // The approval gate is outermost: a call waiting for a person is neither run time nor a tool span.
-      tools: withApprovals(approvals, traceTools(pausingWatchdog(toolSet.tools, watchdog))),
+      tools,
       stopWhen: stepCountIs(settings.maxSteps),
       // Retried by withBoundedRetries: a failing provider is reported within seconds.
       maxRetries: 0,
@@ -599,6 +608,10 @@ export class TurnRunner {
       // Failures are read from the stream (and logged by the turn); the default prints to stderr.
       onError: () => {},
     });
+    return {
+      fullStream: result.fullStream as unknown as AsyncIterable<TurnStreamPart>,
+      totalUsage: result.totalUsage,
+    };
   }
 
   private chargeOf(ctx: ServiceContext, plan: TurnPlan, messageId: number) {

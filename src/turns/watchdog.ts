@@ -3,6 +3,8 @@ import type { Tool } from 'ai';
 /** Fails a turn whose model stays silent; paused while tools run (they have their own limits). */
 export class IdleWatchdog {
   private timer: NodeJS.Timeout | undefined;
+  /** When the model was last heard from; the one timer re-arms itself from it (no timer per touch). */
+  private lastActivity = 0;
   private toolsRunning = 0;
   private stopped = false;
   private readonly toolStarts = new Map<string, number>();
@@ -18,16 +20,31 @@ export class IdleWatchdog {
   }
 
   touch(): void {
-    clearTimeout(this.timer);
-    if (this.stopped || this.toolsRunning > 0) return;
-    this.timer = setTimeout(this.onIdle, this.idleMs);
+    this.lastActivity = performance.now();
+    if (this.stopped || this.toolsRunning > 0 || this.timer) return;
+    this.arm(this.idleMs);
+  }
+
+  private arm(ms: number): void {
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      if (this.stopped || this.toolsRunning > 0) return;
+      const silent = performance.now() - this.lastActivity;
+      if (silent >= this.idleMs) this.onIdle();
+      else this.arm(this.idleMs - silent);
+    }, ms);
     this.timer.unref();
+  }
+
+  private disarm(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
   }
 
   toolStarted(toolCallId: string): void {
     this.toolsRunning += 1;
     this.toolStarts.set(toolCallId, performance.now());
-    clearTimeout(this.timer);
+    this.disarm();
   }
 
   toolFinished(toolCallId: string): void {
@@ -47,7 +64,7 @@ export class IdleWatchdog {
 
   stop(): void {
     this.stopped = true;
-    clearTimeout(this.timer);
+    this.disarm();
   }
 }
 

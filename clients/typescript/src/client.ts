@@ -29,6 +29,13 @@ export interface RequestOptions {
   signal?: AbortSignal;
 }
 
+/** Sending a message: also what to do when the chat is busy (`if_busy`, default `reject`: 409). */
+export interface SendOptions extends RequestOptions {
+  ifBusy?: 'reject' | 'enqueue' | 'interrupt';
+}
+
+const ifBusyOf = (opts: SendOptions) => (opts.ifBusy ? { if_busy: opts.ifBusy } : {});
+
 type Schemas = components['schemas'];
 
 /** Throws the answer's error as a ScriptoriumError, else returns its data. */
@@ -98,11 +105,11 @@ export function createScriptoriumClient(options: ScriptoriumClientOptions) {
     },
 
     /** Sends a message and waits for the reply. */
-    async send(chatId: number, content: string, opts: RequestOptions = {}): Promise<Message> {
+    async send(chatId: number, content: string, opts: SendOptions = {}): Promise<Message> {
       const data = unwrap(
         await api.POST('/api/v2/chats/{id}/messages', {
           params: { path: { id: chatId }, header: idempotency(opts.idempotencyKey) },
-          body: { content, stream: false },
+          body: { content, stream: false, ...ifBusyOf(opts) },
           signal: opts.signal,
         }),
       ) as Schemas['MessageCreatedResponse'];
@@ -161,13 +168,13 @@ export function createScriptoriumClient(options: ScriptoriumClientOptions) {
      * process); before the stream opened, the POST is repeated with the same Idempotency-Key,
      * which never sends the message twice.
      */
-    stream(chatId: number, content: string, opts: RequestOptions = {}): AsyncGenerator<ChatStreamEvent> {
+    stream(chatId: number, content: string, opts: SendOptions = {}): AsyncGenerator<ChatStreamEvent> {
       const key = opts.idempotencyKey ?? crypto.randomUUID();
       return resumableStream<ChatStreamEvent>((after) => {
         if (after === null) {
           return post(
             `/api/v2/chats/${chatId}/messages`,
-            { content, stream: true },
+            { content, stream: true, ...ifBusyOf(opts) },
             idempotency(key),
             opts.signal,
           );

@@ -3,6 +3,7 @@ export {
   type RequestOptions,
   type ScriptoriumClient,
   type ScriptoriumClientOptions,
+  type SendOptions,
 } from './client.js';
 export { ScriptoriumError } from './errors.js';
 export type { components, operations, paths } from './schema.js';

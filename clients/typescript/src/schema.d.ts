@@ -19,7 +19,7 @@ export interface paths {
         put?: never;
         /**
          * Create a chat, optionally sending the first message
-         * @description With `stream: true` the answer is HTTP 200 `text/event-stream` with the events `content`, `tool_start`, `approval_required`, `tool_result`, `done` and `error` (spec 6.1), each with an `id:` line (its sequence number in the turn). A repeat with the same `Idempotency-Key` and body reattaches to the same stream from its start.
+         * @description With `stream: true` the answer is HTTP 200 `text/event-stream` with the events `queued`, `content`, `tool_start`, `approval_required`, `tool_result`, `done` and `error` (spec 6.1), each with an `id:` line (its sequence number in the turn). A repeat with the same `Idempotency-Key` and body reattaches to the same stream from its start.
          */
         post: operations["createChat"];
         delete?: never;
@@ -66,8 +66,8 @@ export interface paths {
         get: operations["listMessages"];
         put?: never;
         /**
-         * Send a message; one turn at a time per chat (409 otherwise)
-         * @description With `stream: true` the answer is HTTP 200 `text/event-stream` with the events `content`, `tool_start`, `approval_required`, `tool_result`, `done` and `error` (spec 6.1), each with an `id:` line (its sequence number in the turn). A repeat with the same `Idempotency-Key` and body reattaches to the same stream from its start. A message starting with a skill's slash command runs that skill.
+         * Send a message; one turn at a time per chat (409, queue or interrupt: `if_busy`)
+         * @description With `stream: true` the answer is HTTP 200 `text/event-stream` with the events `queued`, `content`, `tool_start`, `approval_required`, `tool_result`, `done` and `error` (spec 6.1), each with an `id:` line (its sequence number in the turn). A repeat with the same `Idempotency-Key` and body reattaches to the same stream from its start. A message starting with a skill's slash command runs that skill.
          */
         post: operations["sendMessage"];
         delete?: never;
@@ -127,10 +127,50 @@ export interface paths {
         put?: never;
         /**
          * Approve or deny a tool call waiting for approval
-         * @description Decides a tool call announced by `approval_required` (the chat's agent lists the tool in `tools_requiring_approval`), from any server process; only the key that owns the chat may (other keys get 404, as for every chat endpoint). Approved, the tool runs and `tool_result` follows; denied, it does not run: its tool execution gets `status: "denied"` and `error: {message}` with the reason, which the model receives as the tool's result, and the turn continues. The decision is recorded with the deciding key (and in the audit log). The answer is a send-message's: `response.message` once the turn finishes, or pauses again for another approval (`status: "requires_action"`), within REPLY_TIMEOUT_MS (else 504); with `stream: true`, the rest of the turn's events. With `stream: true` the answer is HTTP 200 `text/event-stream` with the events `content`, `tool_start`, `approval_required`, `tool_result`, `done` and `error` (spec 6.1), each with an `id:` line (its sequence number in the turn). A repeat with the same `Idempotency-Key` and body reattaches to the same stream from its start. 404 when the chat never asked about this tool call; 409 when it is not pending (decided, expired, or its turn is no longer running).
+         * @description Decides a tool call announced by `approval_required` (the chat's agent lists the tool in `tools_requiring_approval`), from any server process; only the key that owns the chat may (other keys get 404, as for every chat endpoint). Approved, the tool runs and `tool_result` follows; denied, it does not run: its tool execution gets `status: "denied"` and `error: {message}` with the reason, which the model receives as the tool's result, and the turn continues. The decision is recorded with the deciding key (and in the audit log). The answer is a send-message's: `response.message` once the turn finishes, or pauses again for another approval (`status: "requires_action"`), within REPLY_TIMEOUT_MS (else 504); with `stream: true`, the rest of the turn's events. With `stream: true` the answer is HTTP 200 `text/event-stream` with the events `queued`, `content`, `tool_start`, `approval_required`, `tool_result`, `done` and `error` (spec 6.1), each with an `id:` line (its sequence number in the turn). A repeat with the same `Idempotency-Key` and body reattaches to the same stream from its start. 404 when the chat never asked about this tool call; 409 when it is not pending (decided, expired, or its turn is no longer running).
          */
         post: operations["decideToolApproval"];
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v2/chats/{id}/queue": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the messages waiting for the chat, next first
+         * @description Messages sent with `if_busy: "enqueue"` (or `"interrupt"`) that wait for the chat's running turn to end, next first (at most 10 enqueued). They are not history until their turn starts.
+         */
+        get: operations["listChatQueue"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v2/chats/{id}/queue/{message_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Remove a waiting message from the chat queue (204)
+         * @description The message will not run; a client waiting for it gets 409 `dequeued` (as the status, or as an `error` event). 404 when it is not waiting (unknown, already started or removed).
+         */
+        delete: operations["removeQueuedMessage"];
         options?: never;
         head?: never;
         patch?: never;
@@ -2438,6 +2478,8 @@ export interface components {
              * @default false
              */
             stream: boolean;
+            /** @description Default `reject`. What to do when a turn of the chat is running: `reject` answers 409 (with `response.running_turn`); `enqueue` stores the message and runs it when the chat is free, in arrival order (at most 10 waiting, else 409 `queue_full`); `interrupt` cancels the running turn (its partial reply kept, as POST /cancel does) and runs this message next. A free chat runs the message at once whatever the policy. */
+            if_busy?: "reject" | "enqueue" | "interrupt";
         };
         /** MessageCreated */
         MessageCreated: {
@@ -2448,6 +2490,27 @@ export interface components {
             /** @enum {string} */
             status: "ok";
             response: components["schemas"]["MessageCreated"];
+        };
+        /** BusyChatError */
+        BusyChatError: {
+            /** @enum {string} */
+            status: "error";
+            response: {
+                /** @description The HTTP status */
+                code: number;
+                /** @description `turn_in_progress`, `queue_full` or `dequeued` */
+                error: string;
+                message: string;
+                /** @description With `turn_in_progress`: the turn holding the chat */
+                running_turn?: {
+                    /** @description The running turn */
+                    id: number;
+                    /** @description Its stream: the path of GET /api/v2/chats/:id/stream */
+                    stream_url: string;
+                };
+            } & {
+                [key: string]: unknown;
+            };
         };
         /** DecideApprovalBody */
         DecideApprovalBody: {
@@ -2460,6 +2523,26 @@ export interface components {
              * @default false
              */
             stream: boolean;
+        };
+        /** QueuedMessage */
+        QueuedMessage: {
+            /** @description The id of the waiting message (its chat message gets its own id once its turn starts) */
+            message_id: number;
+            content: string;
+            /** @description 1 is next */
+            position: number;
+            /** @description UTC, microsecond precision: YYYY-MM-DDTHH:MM:SS.ffffffZ */
+            created_at: string;
+        };
+        /** ChatQueue */
+        ChatQueue: {
+            queued: components["schemas"]["QueuedMessage"][];
+        };
+        /** ChatQueueResponse */
+        ChatQueueResponse: {
+            /** @enum {string} */
+            status: "ok";
+            response: components["schemas"]["ChatQueue"];
         };
     };
     responses: {
@@ -2861,9 +2944,26 @@ export interface operations {
             402: components["responses"]["V2PaymentRequired"];
             403: components["responses"]["V2Forbidden"];
             404: components["responses"]["V2NotFound"];
-            409: components["responses"]["V2Conflict"];
+            /** @description Conflicts with the current state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BusyChatError"];
+                };
+            };
             429: components["responses"]["V2TooManyRequests"];
             500: components["responses"]["V2InternalError"];
+            /** @description Not ready */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["V2Error"];
+                };
+            };
             504: components["responses"]["V2GatewayTimeout"];
         };
     };
@@ -2884,7 +2984,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description text/event-stream: the turn's events (`content`, `tool_start`, `approval_required`, `tool_result`, `done` and `error`), each with its `id:` */
+            /** @description text/event-stream: the turn's events (`queued`, `content`, `tool_start`, `approval_required`, `tool_result`, `done` and `error`), each with its `id:` */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -2973,6 +3073,67 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["MessageCreatedResponse"];
                 };
+            };
+            400: components["responses"]["V2BadRequest"];
+            401: components["responses"]["V2Unauthorized"];
+            402: components["responses"]["V2PaymentRequired"];
+            403: components["responses"]["V2Forbidden"];
+            404: components["responses"]["V2NotFound"];
+            409: components["responses"]["V2Conflict"];
+            429: components["responses"]["V2TooManyRequests"];
+            500: components["responses"]["V2InternalError"];
+            504: components["responses"]["V2GatewayTimeout"];
+        };
+    };
+    listChatQueue: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ChatQueueResponse"];
+                };
+            };
+            400: components["responses"]["V2BadRequest"];
+            401: components["responses"]["V2Unauthorized"];
+            402: components["responses"]["V2PaymentRequired"];
+            403: components["responses"]["V2Forbidden"];
+            404: components["responses"]["V2NotFound"];
+            409: components["responses"]["V2Conflict"];
+            429: components["responses"]["V2TooManyRequests"];
+            500: components["responses"]["V2InternalError"];
+            504: components["responses"]["V2GatewayTimeout"];
+        };
+    };
+    removeQueuedMessage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: number;
+                message_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Removed */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             400: components["responses"]["V2BadRequest"];
             401: components["responses"]["V2Unauthorized"];

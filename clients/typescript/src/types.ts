@@ -16,6 +16,8 @@ export type RefineBody = Schemas['StreamRefineBody'];
 
 /** One event of a chat turn's stream (spec 6.1); `id` is its sequence number in the turn. */
 export type ChatStreamEvent =
+  /** `if_busy: "enqueue"` on a busy chat: the message waits (position 1 is next); its turn's events follow. */
+  | { id: number; event: 'queued'; data: { message_id: number; position: number } }
   | { id: number; event: 'content'; data: { content: string } }
   | {
       id: number;
@@ -38,7 +40,7 @@ export type ChatStreamEvent =
   /** The reply is complete; a stream that created the chat carries the chat too. */
   | { id: number; event: 'done'; data: { message: Message; chat?: Chat } }
   /** The turn failed: `code` is the HTTP status it maps to (402, 409, 500, 504...). */
-  | { id: number; event: 'error'; data: { message: string; code: number; chat?: Chat } };
+  | { id: number; event: 'error'; data: { message: string; code: number; error?: string; chat?: Chat } };
 
 /** One event of an artifact generation or refinement stream. */
 export type ArtifactStreamEvent =

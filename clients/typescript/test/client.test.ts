@@ -207,6 +207,34 @@ describe('the TypeScript client', () => {
     expect(model.chatRequests()).toHaveLength(1);
   });
 
+  it('queues a message on a busy chat with ifBusy: enqueue (queued event, then its own turn)', async () => {
+    const org = await orgWithModel();
+    const client = clientFor(org, t.baseUrl);
+    const { chat } = await client.chats.create({ project_id: org.projectId });
+    model.enqueue(
+      { chunks: words(40), chunkDelayMs: 100 },
+      { text: 'Queued answer' },
+      { text: 'Blocking answer' },
+    );
+    const running = client.chats.stream(chat.id, 'Long one');
+    const first = await running.next();
+    expect(first.value).toMatchObject({ event: 'content' });
+    const busy = await client.chats.send(chat.id, 'Rejected').catch((err: unknown) => err);
+    expect(busy).toBeInstanceOf(ScriptoriumError);
+    expect(busy).toMatchObject({ status: 409, code: 'turn_in_progress' });
+    const queued = collect(client.chats.stream(chat.id, 'Then this', { ifBusy: 'enqueue' }));
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const blocking = client.chats.send(chat.id, 'And this', { ifBusy: 'enqueue' });
+    const events = await queued;
+    expect(events[0]).toMatchObject({
+      event: 'queued',
+      data: { message_id: expect.any(Number), position: 1 },
+    });
+    expect(textOf(events)).toBe('Queued answer');
+    expect((await blocking).content).toBe('Blocking answer');
+    await collect(running);
+  });
+
   it('streams an artifact the same way, generated once', async () => {
     const org = await orgWithModel();
     const type = await createArtifactType(t, org, 'memo', 'Memo');

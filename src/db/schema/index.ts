@@ -3,6 +3,7 @@
 export * from './artifacts.js';
 export * from './async-requests.js';
 export * from './audit.js';
+export * from './chat-queue.js';
 export * from './chats.js';
 export * from './core.js';
 export * from './documents.js';

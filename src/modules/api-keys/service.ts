@@ -1,6 +1,7 @@
 import { and, count, desc, eq, isNull, sql } from 'drizzle-orm';
 import { fieldsOf, recordAudit } from '../../audit/record.js';
 import type { ServiceContext } from '../../core/context.js';
+import { principalsChanged } from '../../core/principal-cache.js';
 import type { Queryable } from '../../db/client.js';
 import { apiKeys, users } from '../../db/schema/index.js';
 import { notFound, unprocessable } from '../../http/errors.js';
@@ -101,4 +102,5 @@ export async function revokeApiKey(ctx: ServiceContext, id: number) {
       changedFields: ['revoked_at'],
     });
   });
+  principalsChanged(ctx.db);
 }

@@ -2,11 +2,12 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { contextOf } from '../../http/context.js';
 import { PageQuery, pagination } from '../../http/pagination.js';
-import { IdParams, ok, v2Responses } from '../../http/schemas.js';
+import { IdParams, ok, V2Error, v2Responses } from '../../http/schemas.js';
 import { requestArrival } from '../../telemetry/turn-timing.js';
 import { watchPauses } from '../../turns/turn-stops.js';
 import { turnStops } from './approvals-routes.js';
-import { MessageCreated, MessageList, SendMessageBody } from './schemas.js';
+import { sendWhenBusy } from './busy-http.js';
+import { BusyChatError, MessageCreated, MessageList, SendMessageBody } from './schemas.js';
 import { listMessages, prepareTurn } from './service.js';
 import { awaitTurn, reattachStream, STREAM_NOTE, streamTurn } from './turn-http.js';
 import { requireContent } from './validation.js';
@@ -25,16 +26,16 @@ export async function messageRoutes(parent: FastifyInstance): Promise<void> {
       schema: {
         operationId: 'sendMessage',
         tags,
-        summary: 'Send a message; one turn at a time per chat (409 otherwise)',
+        summary: 'Send a message; one turn at a time per chat (409, queue or interrupt: `if_busy`)',
         description: `${STREAM_NOTE} A message starting with a skill's slash command runs that skill.`,
         params: IdParams,
         body: SendMessageBody,
-        response: v2Responses({ 200: ok(MessageCreated) }),
+        response: { ...v2Responses({ 200: ok(MessageCreated) }), 409: BusyChatError, 503: V2Error },
       },
     },
     async (request, reply) => {
       const arrivedAt = requestArrival(reply);
-      const { content, stream } = request.body;
+      const { content, stream, if_busy: ifBusy = 'reject' } = request.body;
       requireContent(content);
       const ctx = contextOf(request);
       if (request.idempotencyStream) {
@@ -48,6 +49,11 @@ export async function messageRoutes(parent: FastifyInstance): Promise<void> {
         return reply;
       }
       const plan = await prepareTurn(ctx, request.params.id);
+      if (ifBusy !== 'reject') {
+        const send = { ctx, plan, content, stream: stream === true, policy: ifBusy, arrivedAt };
+        const message = await sendWhenBusy(request, reply, deps, send);
+        return message ? { status: 'ok' as const, response: { message } } : reply;
+      }
       if (stream) {
         await streamTurn(request, reply, deps, () => deps.turns.begin(ctx, plan, content, { arrivedAt }), {});
         return reply;

@@ -9,6 +9,7 @@ import { watchPauses } from '../../turns/turn-stops.js';
 import { approvalRoutes, turnStops } from './approvals-routes.js';
 import { messageRoutes } from './messages-routes.js';
 import { presentChat } from './presenter.js';
+import { queueRoutes } from './queue-routes.js';
 import { ChatCreated, ChatList, ChatListQuery, ChatRead, CreateChatBody } from './schemas.js';
 import { archiveChat, createChat, findChat, listChats, messageCount } from './service.js';
 import { streamRoutes } from './stream-routes.js';
@@ -154,4 +155,5 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
   await messageRoutes(app);
   await streamRoutes(app);
   await approvalRoutes(app);
+  await queueRoutes(app);
 };

@@ -140,10 +140,19 @@ export const CreateChatBody = Type.Object(
 );
 export type CreateChatBody = Static<typeof CreateChatBody>;
 
+export const IfBusy = Type.Union(
+  [Type.Literal('reject'), Type.Literal('enqueue'), Type.Literal('interrupt')],
+  {
+    description:
+      'Default `reject`. What to do when a turn of the chat is running: `reject` answers 409 (with `response.running_turn`); `enqueue` stores the message and runs it when the chat is free, in arrival order (at most 10 waiting, else 409 `queue_full`); `interrupt` cancels the running turn (its partial reply kept, as POST /cancel does) and runs this message next. A free chat runs the message at once whatever the policy.',
+  },
+);
+
 export const SendMessageBody = Type.Object(
   {
     content: Content,
     stream: Type.Optional(Stream),
+    if_busy: Type.Optional(IfBusy),
   },
   { title: 'SendMessageBody' },
 );
@@ -168,4 +177,31 @@ export const ChatList = Type.Object(
 export const MessageList = Type.Object(
   { messages: Type.Array(MessageView), pagination: Pagination },
   { title: 'MessageList' },
+);
+
+/** The 409 of POST /chats/:id/messages: a busy chat (`turn_in_progress`, naming the running turn), `queue_full`, `dequeued`. */
+export const BusyChatError = Type.Object(
+  {
+    status: Type.Literal('error'),
+    response: Type.Object(
+      {
+        code: Type.Integer({ description: 'The HTTP status' }),
+        error: Type.String({ description: '`turn_in_progress`, `queue_full` or `dequeued`' }),
+        message: Type.String(),
+        running_turn: Type.Optional(
+          Type.Object(
+            {
+              id: Type.Integer({ description: 'The running turn' }),
+              stream_url: Type.String({
+                description: 'Its stream: the path of GET /api/v2/chats/:id/stream',
+              }),
+            },
+            { description: 'With `turn_in_progress`: the turn holding the chat' },
+          ),
+        ),
+      },
+      { additionalProperties: true },
+    ),
+  },
+  { title: 'BusyChatError' },
 );

@@ -19,6 +19,7 @@ import { offsetOf, type PageQuery } from '../../http/pagination.js';
 import { usableAgent } from '../../policies/agents.js';
 import { usableProject } from '../../policies/projects.js';
 import type { TurnPlan } from '../../turns/plan.js';
+import { dropChatQueue } from '../../turns/queue-store.js';
 import { CHAT_REFUSAL, chatModelConfiguration, chooseChatModel } from '../model-configurations/resolve.js';
 import { presentMessage } from './presenter.js';
 import type { ChatListQuery, CreateChatBody, MessageView } from './schemas.js';
@@ -156,6 +157,7 @@ export async function archiveChat(ctx: ServiceContext, chatId: number): Promise<
       .where(and(eq(chats.id, chatId), ownedBy(ctx.principal)))
       .returning({ id: chats.id });
     if (archived.length === 0) throw notFound('Chat');
+    await dropChatQueue(tx, chatId);
     await recordAudit(tx, ctx, {
       action: 'chat.archived',
       resource: { type: 'chat', id: chatId },

@@ -1,6 +1,7 @@
 import { count, desc, eq, sql } from 'drizzle-orm';
 import { type AuditActor, recordAudit } from '../../audit/record.js';
 import type { Config } from '../../config.js';
+import { principalsChanged } from '../../core/principal-cache.js';
 import type { SecretBox } from '../../crypto/secret-box.js';
 import type { Db, Queryable } from '../../db/client.js';
 import { creditLedger, groupMembers, groups, organizations, users } from '../../db/schema/index.js';
@@ -113,7 +114,7 @@ export async function renameOrganization(db: Db, actor: AuditActor, id: number, 
 
 /** Deactivation keeps every row; the organization's keys stop working at once (see http/auth.ts). */
 export async function deactivateOrganization(db: Db, actor: AuditActor, id: number) {
-  return db.transaction(async (tx) => {
+  const row = await db.transaction(async (tx) => {
     const [row] = await tx
       .update(organizations)
       .set({
@@ -132,6 +133,8 @@ export async function deactivateOrganization(db: Db, actor: AuditActor, id: numb
     });
     return row;
   });
+  principalsChanged(db);
+  return row;
 }
 
 export async function addCredits(db: Db, actor: AuditActor, id: number, amount: number) {

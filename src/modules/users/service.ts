@@ -1,6 +1,7 @@
 import { and, count, eq, inArray, isNull, sql } from 'drizzle-orm';
 import { fieldsOf, recordAudit } from '../../audit/record.js';
 import type { ServiceContext } from '../../core/context.js';
+import { principalsChanged } from '../../core/principal-cache.js';
 import { apiKeys, groupMembers, groups, users } from '../../db/schema/index.js';
 import { notFound } from '../../http/errors.js';
 import { offsetOf, type PageQuery } from '../../http/pagination.js';
@@ -95,6 +96,7 @@ export async function updateUser(ctx: ServiceContext, id: number, body: UpdateUs
       changedFields: fieldsOf(body),
     });
   });
+  principalsChanged(ctx.db);
   return getUser(ctx, id);
 }
 
@@ -115,4 +117,5 @@ export async function deleteUser(ctx: ServiceContext, id: number) {
       .where(and(eq(apiKeys.userId, id), isNull(apiKeys.revokedAt)));
     await recordAudit(tx, ctx, { action: 'user.deleted', resource: { type: 'user', id } });
   });
+  principalsChanged(ctx.db);
 }

@@ -1,0 +1,427 @@
+import { APICallError } from '@ai-sdk/provider';
+import { asSchema, type ModelMessage, type Tool } from 'ai';
+import { type Dispatcher, request } from 'undici';
+import { startModelSpan } from '../telemetry/tracing.js';
+import { DEFAULT_RETRY_POLICY, type RetryPolicy, retrying } from './bounded-retries.js';
+
+/**
+ * A lean streaming client for OpenAI Chat Completions (providers `openai-compatible` and
+ * `openai`), used for chat turns instead of the AI SDK's `streamText` (docs/decisions.md, "Lean
+ * model client"): one `fetch` per model call through the same guarded fetch as the SDK
+ * providers, a small SSE parser (no web-stream transforms, no zod validation of every chunk), and
+ * the tool loop written out. It keeps what the turn needs: text deltas, tool calls run with the
+ * same AI SDK `Tool` objects (input validated by their schema), usage, abort, the bounded retry
+ * policy with the SDK's error types (`APICallError`, `RetryError`, so failures are classified by
+ * llm/provider-errors.ts as before), and a `chat <model>` span per call.
+ */
+
+/** The parts of a turn's model stream the runner reads (a subset of the AI SDK's `TextStreamPart`). */
+export type TurnStreamPart =
+  | { type: 'text-delta'; text: string }
+  | { type: 'tool-call'; toolCallId: string; toolName: string; input: unknown }
+  | {
+      type: 'tool-result';
+      toolCallId: string;
+      toolName: string;
+      input: unknown;
+      output: unknown;
+      preliminary?: boolean;
+    }
+  | { type: 'tool-error'; toolCallId: string; toolName: string; input: unknown; error: unknown }
+  | {
+      type: 'finish-step';
+      finishReason: string;
+      usage: { inputTokens: number | undefined; outputTokens: number | undefined };
+    }
+  | { type: 'error'; error: unknown }
+  | { type: 'abort' };
+
+export interface TurnModelStream {
+  fullStream: AsyncIterable<TurnStreamPart>;
+  totalUsage: PromiseLike<{ inputTokens: number | undefined; outputTokens: number | undefined }>;
+}
+
+/** Where and how a lean model call goes; built once per configuration (llm/model-cache.ts). */
+export interface LeanModel {
+  provider: string;
+  model: string;
+  /** `<base>/chat/completions`. */
+  url: string;
+  headers: Record<string, string>;
+  /** The URL guard (net/model-base-url.ts): checks the URL, returns the dispatcher that checks addresses. */
+  dispatcher: (url: string) => Dispatcher;
+}
+
+export interface LeanStreamOptions {
+  system: string;
+  messages: ModelMessage[];
+  tools: Record<string, Tool>;
+  maxSteps: number;
+  signal: AbortSignal;
+  retry?: RetryPolicy;
+  /** Called on every chunk of bytes from the model (the idle watchdog). */
+  onActivity?: () => void;
+}
+
+interface WireToolCall {
+  id: string;
+  name: string;
+  arguments: string;
+}
+
+interface WireMessage {
+  role: 'system' | 'user' | 'assistant' | 'tool';
+  content: string | null;
+  tool_calls?: { id: string; type: 'function'; function: { name: string; arguments: string } }[];
+  tool_call_id?: string;
+}
+
+/** Streams a turn: model calls and tool runs until the model stops calling tools or `maxSteps`. */
+export function streamLean(model: LeanModel, options: LeanStreamOptions): TurnModelStream {
+  const total = {
+    inputTokens: undefined as number | undefined,
+    outputTokens: undefined as number | undefined,
+  };
+  let settle!: (usage: typeof total) => void;
+  const totalUsage = new Promise<typeof total>((resolve) => {
+    settle = resolve;
+  });
+  async function* run(): AsyncGenerator<TurnStreamPart> {
+    try {
+      const messages: WireMessage[] = [];
+      if (options.system) messages.push({ role: 'system', content: options.system });
+      for (const m of options.messages) messages.push(wireMessage(m));
+      const tools = await wireTools(options.tools);
+      for (let step = 0; step < options.maxSteps; step++) {
+        if (options.signal.aborted) {
+          yield { type: 'abort' };
+          return;
+        }
+        const result: StepResult = { text: '', toolCalls: [], finishReason: 'other', usage: null };
+        for await (const part of callModel(model, messages, tools, options, result)) yield part;
+        total.inputTokens = (total.inputTokens ?? 0) + (result.usage?.inputTokens ?? 0);
+        total.outputTokens = (total.outputTokens ?? 0) + (result.usage?.outputTokens ?? 0);
+        const calls = result.toolCalls;
+        const parsed = calls.map((call) => parseToolCall(call, options.tools));
+        for (const call of parsed)
+          yield { type: 'tool-call', toolCallId: call.id, toolName: call.name, input: call.input };
+        // Tools run together, as the AI SDK runs them; their results are reported in call order.
+        const history: WireMessage[] = [];
+        const runs = parsed.map((call) => runTool(call, options, history));
+        const outputs = await Promise.all(runs);
+        for (const part of outputs) yield part.part;
+        yield {
+          type: 'finish-step',
+          finishReason: result.finishReason,
+          usage: {
+            inputTokens: result.usage?.inputTokens,
+            outputTokens: result.usage?.outputTokens,
+          },
+        };
+        if (calls.length === 0 || result.finishReason !== 'tool-calls') return;
+        messages.push({
+          role: 'assistant',
+          content: result.text,
+          tool_calls: calls.map((call) => ({
+            id: call.id,
+            type: 'function',
+            function: { name: call.name, arguments: call.arguments },
+          })),
+        });
+        for (const output of outputs)
+          messages.push({ role: 'tool', tool_call_id: output.id, content: output.content });
+      }
+    } finally {
+      settle(total);
+    }
+  }
+  return { fullStream: run(), totalUsage };
+}
+
+interface StepResult {
+  text: string;
+  toolCalls: WireToolCall[];
+  finishReason: string;
+  usage: { inputTokens: number; outputTokens: number } | null;
+}
+
+async function* callModel(
+  model: LeanModel,
+  messages: WireMessage[],
+  tools: unknown[] | undefined,
+  options: LeanStreamOptions,
+  result: StepResult,
+): AsyncGenerator<TurnStreamPart> {
+  const body = {
+    model: model.model,
+    messages,
+    ...(tools ? { tools } : {}),
+    stream: true,
+    stream_options: { include_usage: true },
+  };
+  const span = startModelSpan(model.provider, model.model, messages);
+  try {
+    const response = await span.run(() =>
+      retrying(
+        () => post(model, body, options.signal),
+        options.retry ?? DEFAULT_RETRY_POLICY,
+        options.signal,
+      ),
+    );
+    const calls: (WireToolCall | undefined)[] = [];
+    const stream = response.body;
+    stream.setEncoding('utf8');
+    let buffer = '';
+    let failed = false;
+    try {
+      for await (const piece of stream as AsyncIterable<string>) {
+        options.onActivity?.();
+        buffer = buffer ? buffer + piece : piece;
+        let start = 0;
+        for (let end = buffer.indexOf('\n'); end !== -1; end = buffer.indexOf('\n', start)) {
+          const line = buffer.slice(start, end);
+          start = end + 1;
+          if (!line.startsWith('data:')) continue;
+          const data = line.charCodeAt(5) === 32 ? line.slice(6) : line.slice(5);
+          const payload = data.endsWith('\r') ? data.slice(0, -1) : data;
+          if (payload === '[DONE]') continue;
+          let chunk: any;
+          try {
+            chunk = JSON.parse(payload);
+          } catch (err) {
+            yield { type: 'error', error: err };
+            failed = true;
+            break;
+          }
+          if (chunk.error) {
+            span.fail(chunk.error);
+            yield { type: 'error', error: chunk.error };
+            failed = true;
+            break;
+          }
+          if (chunk.model) span.responseModel(chunk.model);
+          if (chunk.usage) {
+            result.usage = {
+              inputTokens: chunk.usage.prompt_tokens ?? 0,
+              outputTokens: chunk.usage.completion_tokens ?? 0,
+            };
+          }
+          const choice = chunk.choices?.[0];
+          if (!choice) continue;
+          if (choice.finish_reason) result.finishReason = finishReasonOf(choice.finish_reason);
+          const delta = choice.delta;
+          if (!delta) continue;
+          if (typeof delta.content === 'string' && delta.content.length > 0) {
+            result.text += delta.content;
+            yield { type: 'text-delta', text: delta.content };
+          }
+          if (Array.isArray(delta.tool_calls)) {
+            for (const part of delta.tool_calls) {
+              const index = part.index ?? calls.length;
+              let call = calls[index];
+              if (!call) {
+                call = { id: '', name: '', arguments: '' };
+                calls[index] = call;
+              }
+              if (part.id) call.id = part.id;
+              if (part.function?.name) call.name += part.function.name;
+              if (part.function?.arguments) call.arguments += part.function.arguments;
+            }
+          }
+        }
+        buffer = start === buffer.length ? '' : buffer.slice(start);
+        if (failed) break;
+      }
+    } finally {
+      // Stops reading (a failure, an abort, or the consumer stopping): the connection is dropped.
+      if (!stream.readableEnded) stream.destroy();
+    }
+    result.toolCalls = calls.filter((c): c is WireToolCall => c !== undefined && c.name !== '');
+    for (const call of result.toolCalls) call.id ||= `call_${Math.random().toString(36).slice(2, 12)}`;
+    span.finished(result.usage, result.finishReason, result.text);
+  } catch (err) {
+    span.fail(err);
+    throw err;
+  } finally {
+    span.end();
+  }
+}
+
+type ModelResponse = Dispatcher.ResponseData;
+
+/** One HTTP request; a failure before the stream starts is an `APICallError`, as from the SDK. */
+async function post(model: LeanModel, body: unknown, signal: AbortSignal): Promise<ModelResponse> {
+  // The guard refuses a URL before anything is sent (OutboundUrlError, not retried).
+  const dispatcher = model.dispatcher(model.url);
+  let response: ModelResponse;
+  try {
+    response = await request(model.url, {
+      method: 'POST',
+      headers: model.headers,
+      body: JSON.stringify(body),
+      signal,
+      dispatcher,
+    });
+  } catch (err) {
+    if (signal.aborted) throw signal.reason ?? err;
+    // The SDK's wording and retryability for a connection that could not be made; the cause
+    // keeps a refused address (OutboundUrlError) for llm/provider-errors.ts.
+    throw new APICallError({
+      message: `Cannot connect to API: ${err instanceof Error ? err.message : String(err)}`,
+      url: model.url,
+      requestBodyValues: body,
+      cause: err,
+      isRetryable: true,
+    });
+  }
+  const status = response.statusCode;
+  if (status >= 200 && status < 300) return response;
+  const text = await response.body.text().catch(() => '');
+  const headers: Record<string, string> = {};
+  for (const [name, value] of Object.entries(response.headers))
+    if (value !== undefined) headers[name] = Array.isArray(value) ? value.join(', ') : value;
+  let message = `HTTP ${status}`;
+  try {
+    const parsed = JSON.parse(text);
+    if (typeof parsed?.error?.message === 'string') message = parsed.error.message;
+  } catch {
+    // Not JSON: the status stands.
+  }
+  throw new APICallError({
+    message,
+    url: model.url,
+    requestBodyValues: body,
+    statusCode: status,
+    responseHeaders: headers,
+    responseBody: text,
+    isRetryable: status === 408 || status === 409 || status === 429 || status >= 500,
+  });
+}
+
+function finishReasonOf(reason: string): string {
+  switch (reason) {
+    case 'stop':
+      return 'stop';
+    case 'length':
+      return 'length';
+    case 'content_filter':
+      return 'content-filter';
+    case 'function_call':
+    case 'tool_calls':
+      return 'tool-calls';
+    default:
+      return 'other';
+  }
+}
+
+function wireMessage(message: ModelMessage): WireMessage {
+  const { role, content } = message;
+  if (typeof content === 'string') return { role, content } as WireMessage;
+  // History is text only; a structured message keeps its text parts.
+  const text = (content as { type: string; text?: string }[])
+    .map((part) => (part.type === 'text' ? (part.text ?? '') : ''))
+    .join('');
+  return { role: role === 'tool' ? 'user' : role, content: text } as WireMessage;
+}
+
+const toolSchemas = new WeakMap<object, unknown>();
+
+async function wireTools(tools: Record<string, Tool>): Promise<unknown[] | undefined> {
+  const entries = Object.entries(tools);
+  if (entries.length === 0) return undefined;
+  return Promise.all(
+    entries.map(async ([name, tool]) => {
+      const source = tool.inputSchema as object;
+      let parameters = toolSchemas.get(source);
+      if (parameters === undefined) {
+        parameters = await asSchema(tool.inputSchema).jsonSchema;
+        toolSchemas.set(source, parameters);
+      }
+      return {
+        type: 'function',
+        function: { name, ...(tool.description ? { description: tool.description } : {}), parameters },
+      };
+    }),
+  );
+}
+
+interface ParsedCall {
+  id: string;
+  name: string;
+  input: unknown;
+  /** Why the call cannot run (unknown tool, input that is not JSON or not valid). */
+  invalid: Error | null;
+}
+
+export class InvalidToolCallError extends Error {
+  override readonly name = 'InvalidToolCallError';
+}
+
+function parseToolCall(call: WireToolCall, tools: Record<string, Tool>): ParsedCall {
+  const base = { id: call.id, name: call.name };
+  if (!Object.hasOwn(tools, call.name))
+    return {
+      ...base,
+      input: call.arguments,
+      invalid: new InvalidToolCallError(`Model tried to call unavailable tool '${call.name}'.`),
+    };
+  try {
+    return { ...base, input: call.arguments.trim() === '' ? {} : JSON.parse(call.arguments), invalid: null };
+  } catch (err) {
+    return {
+      ...base,
+      input: call.arguments,
+      invalid: new InvalidToolCallError(
+        `Invalid input for tool ${call.name}: ${err instanceof Error ? err.message : String(err)}`,
+      ),
+    };
+  }
+}
+
+async function runTool(
+  call: ParsedCall,
+  options: LeanStreamOptions,
+  messages: WireMessage[],
+): Promise<{ id: string; content: string; part: TurnStreamPart }> {
+  const fail = (error: unknown) => ({
+    id: call.id,
+    content: error instanceof Error ? error.message : JSON.stringify(error),
+    part: { type: 'tool-error', toolCallId: call.id, toolName: call.name, input: call.input, error } as const,
+  });
+  if (call.invalid) return fail(call.invalid);
+  const tool = options.tools[call.name]!;
+  let input = call.input;
+  const schema = asSchema(tool.inputSchema);
+  if (schema.validate) {
+    const checked = await schema.validate(input);
+    if (!checked.success)
+      return fail(new InvalidToolCallError(`Invalid input for tool ${call.name}: ${checked.error.message}`));
+    input = checked.value;
+  }
+  if (!tool.execute) return fail(new InvalidToolCallError(`Tool ${call.name} cannot run here.`));
+  try {
+    const output = await tool.execute(input as never, {
+      toolCallId: call.id,
+      messages: messages as never,
+      abortSignal: options.signal,
+    });
+    const modelOutput = tool.toModelOutput
+      ? await tool.toModelOutput({ toolCallId: call.id, input, output } as never)
+      : typeof output === 'string'
+        ? { type: 'text' as const, value: output }
+        : { type: 'json' as const, value: output ?? null };
+    return {
+      id: call.id,
+      content: contentOf(modelOutput as { type: string; value: unknown }),
+      part: { type: 'tool-result', toolCallId: call.id, toolName: call.name, input, output },
+    };
+  } catch (err) {
+    if (options.signal.aborted) throw options.signal.reason ?? err;
+    return fail(err);
+  }
+}
+
+function contentOf(output: { type: string; value: unknown }): string {
+  if (output.type === 'text' || output.type === 'error-text') return String(output.value);
+  return JSON.stringify(output.value);
+}

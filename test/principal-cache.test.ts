@@ -1,0 +1,108 @@
+/**
+ * Keys are cached in memory by every process (src/core/principal-cache.ts); a revoked key, a
+ * removed user or a deactivated organization must still stop working within 1 s on every process.
+ * Two apps on one database (on PostgreSQL each with its own pool and LISTEN connection).
+ */
+import { sql } from 'drizzle-orm';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { PRINCIPALS_CHANNEL } from '../src/core/principal-cache.js';
+import { Notifier } from '../src/streams/notifier.js';
+import { buildTestApp, call, createMember, createOrg, expectStatus, type TestApp } from './helpers/app.js';
+import { type SecondProcess, sleep, startSecondProcess } from './streams-support.js';
+
+let t: TestApp;
+let second: SecondProcess;
+
+beforeAll(async () => {
+  t = await buildTestApp();
+  second = await startSecondProcess(t);
+});
+afterAll(async () => {
+  await second?.close();
+  await t?.close();
+});
+
+/** Calls `GET /api/v1/projects` with `key` on both apps until each refuses it; ms until each did. */
+async function refusedWithin(key: string, limitMs: number): Promise<number[]> {
+  const started = performance.now();
+  const apps = [t, second.api];
+  const took: (number | null)[] = [null, null];
+  while (took.some((ms) => ms === null) && performance.now() - started < limitMs + 2000) {
+    for (const [i, app] of apps.entries()) {
+      if (took[i] !== null) continue;
+      const res = await call(app, 'GET', '/api/v1/projects', { key });
+      if (res.status === 401) took[i] = performance.now() - started;
+    }
+    await sleep(20);
+  }
+  return took.map((ms) => ms ?? Number.POSITIVE_INFINITY);
+}
+
+/** Both apps accept the key, several times, so each has it cached. */
+async function warm(key: string) {
+  for (let i = 0; i < 3; i++)
+    for (const app of [t, second.api]) expectStatus(await call(app, 'GET', '/api/v1/projects', { key }), 200);
+}
+
+describe('the principal cache', () => {
+  it('a key revoked on one process is refused by every process within 1 s', async () => {
+    const org = await createOrg(t);
+    const member = await createMember(t, org);
+    await warm(member.key);
+    const keys = await call(t, 'GET', '/api/v1/api_keys', { key: org.orgKey });
+    const id = keys.body.api_keys.find((k: any) => k.user_id === member.userId && !k.revoked_at).id;
+    expectStatus(await call(t, 'DELETE', `/api/v1/api_keys/${id}`, { key: org.orgKey }), 200);
+    // The process that revoked it refuses it on the very next request.
+    expect((await call(t, 'GET', '/api/v1/projects', { key: member.key })).status).toBe(401);
+    const took = await refusedWithin(member.key, 1000);
+    for (const ms of took) expect(ms).toBeLessThan(1000);
+    // The organization's other keys keep working.
+    expectStatus(await call(second.api, 'GET', '/api/v1/projects', { key: org.orgKey }), 200);
+  });
+
+  it('an organization deactivated on one process: its keys are refused everywhere within 1 s', async () => {
+    const org = await createOrg(t);
+    await warm(org.orgKey);
+    await warm(org.adminKey);
+    expectStatus(
+      await call(second.api, 'DELETE', `/api/v1/admin/organizations/${org.organizationId}`, {
+        key: t.boot.super_admin_key,
+      }),
+      200,
+    );
+    for (const key of [org.orgKey, org.adminKey]) {
+      const took = await refusedWithin(key, 1000);
+      for (const ms of took) expect(ms).toBeLessThan(1000);
+    }
+  });
+
+  it('a key revoked outside the service (SQL) is refused everywhere within 1 s; the change is announced', async () => {
+    const org = await createOrg(t);
+    const member = await createMember(t, org);
+    await warm(member.key);
+    const notifier = new Notifier(t.deps.database, t.app.log);
+    const notices: string[] = [];
+    await notifier.listen(PRINCIPALS_CHANNEL, (payload) => notices.push(payload));
+    try {
+      await t.deps.database.db.execute(
+        sql`update api_keys set revoked_at = now() where user_id = ${member.userId} and revoked_at is null`,
+      );
+      const took = await refusedWithin(member.key, 1000);
+      for (const ms of took) expect(ms).toBeLessThan(1000);
+      await sleep(50);
+      expect(notices).toContain('api_keys');
+      // Bookkeeping writes (last use, credits) are not announced: they change no principal.
+      notices.length = 0;
+      await t.deps.database.db.execute(
+        sql`update organizations set credit_balance = credit_balance + 1 where id = ${org.organizationId}`,
+      );
+      await t.deps.database.db.execute(
+        sql`update api_keys set last_used_at = now() where user_id = ${member.userId}`,
+      );
+      await sleep(100);
+      expect(notices).toEqual([]);
+    } finally {
+      await notifier.close();
+    }
+  });
+});
