@@ -555,6 +555,57 @@ describe('tool approval', () => {
     expect(toolCalls).toHaveLength(0);
   });
 
+  it('if_busy enqueue (blocking) answers requires_action too, for a turn started at once and for a queued one', async () => {
+    const chatId = await newChat();
+    scriptToolCall('call_enq');
+    const first = await call(t, 'POST', `/api/v2/chats/${chatId}/messages`, {
+      key: org.orgKey,
+      body: { content: 'Holidays?', if_busy: 'enqueue' },
+    });
+    expectStatus(first, 200);
+    expect(first.body.response.message).toMatchObject({
+      status: 'requires_action',
+      pending_approvals: [{ tool_call_id: 'call_enq' }],
+    });
+    // A second message queues behind the waiting turn; once that one is approved, it runs and pauses too.
+    fake.enqueue(
+      {
+        text: 'Again. ',
+        toolCalls: [{ id: 'call_enq2', name: 'knowledge_search', arguments: { query: 'x' } }],
+      },
+      { text: 'Done again.' },
+    );
+    const second = call(t, 'POST', `/api/v2/chats/${chatId}/messages`, {
+      key: org.orgKey,
+      body: { content: 'And again?', if_busy: 'enqueue' },
+    });
+    await eventually(async () => {
+      const queue = await call(t, 'GET', `/api/v2/chats/${chatId}/queue`, { key: org.orgKey });
+      expect(queue.body.response.queued).toHaveLength(1);
+    });
+    expectStatus(
+      await call(t, 'POST', `/api/v2/chats/${chatId}/approvals/call_enq`, {
+        key: org.orgKey,
+        body: { approved: true },
+      }),
+      200,
+    );
+    const queued = await second;
+    expectStatus(queued, 200);
+    expect(queued.body.response.message).toMatchObject({
+      status: 'requires_action',
+      content: 'Again. ',
+      pending_approvals: [{ tool_call_id: 'call_enq2' }],
+    });
+    expectStatus(
+      await call(t, 'POST', `/api/v2/chats/${chatId}/approvals/call_enq2`, {
+        key: org.orgKey,
+        body: { approved: true },
+      }),
+      200,
+    );
+  });
+
   it('create with content (blocking) answers 201 with the waiting reply', async () => {
     scriptToolCall('call_create');
     const created = await call(t, 'POST', '/api/v2/chats', {

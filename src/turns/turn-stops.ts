@@ -1,6 +1,6 @@
 import { and, asc, eq } from 'drizzle-orm';
 import type { Queryable } from '../db/client.js';
-import { toolApprovals } from '../db/schema/index.js';
+import { chatTurns, toolApprovals } from '../db/schema/index.js';
 import { ApiError } from '../http/errors.js';
 import { formatTimestamp } from '../http/timestamps.js';
 import type { MessageView, PendingApproval } from '../modules/chats/schemas.js';
@@ -53,7 +53,7 @@ export async function pendingApprovals(db: Queryable, turnId: number): Promise<P
  */
 export function watchTurnStops(
   deps: TurnStopDeps,
-  turn: { turnId: number; messageId: number },
+  turn: { turnId: number; messageId?: number },
 ): TurnStopWatch {
   let settle!: (stop: TurnStop) => void;
   let settled = false;
@@ -96,7 +96,10 @@ export function watchTurnStops(
           else if (event.name === 'approval_required') {
             const pending = await pendingApprovals(deps.db, turn.turnId);
             if (!pending.some((p) => p.tool_call_id === event.data.tool_call_id)) return;
-            const message = await messageView(deps.db, turn.messageId);
+            const message = await messageView(
+              deps.db,
+              turn.messageId ?? (await replyOf(deps.db, turn.turnId)),
+            );
             settle({
               kind: 'paused',
               message: { ...message, content: text, status: 'requires_action', pending_approvals: pending },
@@ -126,8 +129,31 @@ export function watchTurnStops(
 export function watchPauses(
   deps: TurnStopDeps,
   plan: TurnPlan,
-  turn: { turnId: number; assistantMessageId: number },
+  turn: { turnId: number; assistantMessageId?: number },
 ): TurnStopWatch | undefined {
   if (!plan.agent || plan.agent.toolsRequiringApproval.length === 0) return undefined;
   return watchTurnStops(deps, { turnId: turn.turnId, messageId: turn.assistantMessageId });
+}
+
+/** `waiting`, or the turn's reply so far as soon as it pauses for approvals (then `pauses` stops). */
+export async function untilPaused<T>(
+  waiting: Promise<T>,
+  pauses: TurnStopWatch | undefined,
+): Promise<T | MessageView> {
+  if (!pauses) return waiting;
+  const paused = new Promise<MessageView>((resolve) => {
+    void pauses.next.then((stop) => {
+      if (stop.kind === 'paused') resolve(stop.message);
+    });
+  });
+  return Promise.race([waiting, paused]).finally(() => pauses.stop());
+}
+
+async function replyOf(db: Queryable, turnId: number): Promise<number> {
+  const [turn] = await db
+    .select({ messageId: chatTurns.assistantMessageId })
+    .from(chatTurns)
+    .where(eq(chatTurns.id, turnId));
+  if (!turn?.messageId) throw new ApiError(500, 'internal', 'The turn has no reply');
+  return turn.messageId;
 }
