@@ -4,6 +4,8 @@ import { contextOf } from '../../http/context.js';
 import { PageQuery, pagination } from '../../http/pagination.js';
 import { IdParams, ok, V2Error, v2Responses } from '../../http/schemas.js';
 import { requestArrival } from '../../telemetry/turn-timing.js';
+import { watchPauses } from '../../turns/turn-stops.js';
+import { turnStops } from './approvals-routes.js';
 import { sendWhenBusy } from './busy-http.js';
 import { BusyChatError, MessageCreated, MessageList, SendMessageBody } from './schemas.js';
 import { listMessages, prepareTurn } from './service.js';
@@ -57,7 +59,13 @@ export async function messageRoutes(parent: FastifyInstance): Promise<void> {
         return reply;
       }
       const turn = await deps.turns.begin(ctx, plan, content, { arrivedAt });
-      const message = await awaitTurn(reply, turn, replyTimeoutMs);
+      const message = await awaitTurn(
+        reply,
+        turn,
+        replyTimeoutMs,
+        {},
+        watchPauses(turnStops(deps), plan, turn),
+      );
       return { status: 'ok' as const, response: { message } };
     },
   );

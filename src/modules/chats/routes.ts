@@ -5,6 +5,8 @@ import { pagination } from '../../http/pagination.js';
 import { IdParams, ok, v2Responses } from '../../http/schemas.js';
 import { requestArrival } from '../../telemetry/turn-timing.js';
 import { chatOfStream } from '../../turns/reattach.js';
+import { watchPauses } from '../../turns/turn-stops.js';
+import { approvalRoutes, turnStops } from './approvals-routes.js';
 import { messageRoutes } from './messages-routes.js';
 import { presentChat } from './presenter.js';
 import { queueRoutes } from './queue-routes.js';
@@ -71,7 +73,13 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const turn = await deps.turns.begin(ctx, plan, content, { arrivedAt }).catch((err) => {
         throw withExtra(err, extra);
       });
-      const message = await awaitTurn(reply, turn, replyTimeoutMs, extra);
+      const message = await awaitTurn(
+        reply,
+        turn,
+        replyTimeoutMs,
+        extra,
+        watchPauses(turnStops(deps), plan, turn),
+      );
       reply.status(201);
       return { status: 'ok' as const, response: { chat: view, message } };
     },
@@ -146,5 +154,6 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   await messageRoutes(app);
   await streamRoutes(app);
+  await approvalRoutes(app);
   await queueRoutes(app);
 };
