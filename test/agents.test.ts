@@ -56,6 +56,7 @@ describe('agents', () => {
         skill_ids: [],
         group_ids: [],
         tools: ['knowledge', 'artifacts', 'skills', 'integrations'],
+        tools_requiring_approval: [],
         created_at: expect.stringMatching(TIMESTAMP),
         updated_at: expect.stringMatching(TIMESTAMP),
       },

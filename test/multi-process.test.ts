@@ -289,6 +289,57 @@ describe.runIf(runs)('several processes on one PostgreSQL and Redis', () => {
     for (const id of documents) expect(processedBy.get(id), `document ${id}`).toHaveLength(1);
   }, 90_000);
 
+  it('a tool call waiting for approval in one server is decided through the other', async () => {
+    const key = await newKey();
+    const [a, b] = servers;
+    fake.reset();
+    const agent = await api(a, 'POST', '/api/v1/agents', {
+      body: {
+        name: 'Gated searcher',
+        instructions: 'Search first.',
+        tools: ['knowledge'],
+        tools_requiring_approval: ['knowledge_search'],
+      },
+    });
+    expect(agent.status, JSON.stringify(agent.body)).toBe(201);
+    const chat = await api(a, 'POST', '/api/v2/chats', {
+      key,
+      body: { project_id: boot.project_id, agent_id: agent.body.agent.id },
+    });
+    const chatId = chat.body.response.chat.id as number;
+    fake.enqueue(
+      { toolCalls: [{ id: 'call_mp', name: 'knowledge_search', arguments: { query: 'holidays' } }] },
+      { text: 'Nothing in the handbook about that.' },
+    );
+    // Server a runs the turn; its blocking answer comes at once, the turn waiting.
+    const sent = await api(a, 'POST', `/api/v2/chats/${chatId}/messages`, {
+      key,
+      body: { content: 'Holidays?' },
+    });
+    expect(sent.status, JSON.stringify(sent.body)).toBe(200);
+    expect(sent.body.response.message).toMatchObject({
+      status: 'requires_action',
+      pending_approvals: [{ tool_call_id: 'call_mp', tool_name: 'knowledge_search' }],
+    });
+    // Server b decides: server a's turn wakes (NOTIFY), runs the tool and finishes; b answers with the reply.
+    const decided = await api(b, 'POST', `/api/v2/chats/${chatId}/approvals/call_mp`, {
+      key,
+      body: { approved: true },
+    });
+    expect(decided.status, JSON.stringify(decided.body)).toBe(200);
+    expect(decided.body.response.message).toMatchObject({
+      status: 'completed',
+      content: 'Nothing in the handbook about that.',
+      tool_executions: [{ tool_call_id: 'call_mp', status: 'completed', error: null }],
+    });
+    expect(fake.chatRequests()).toHaveLength(2);
+    const rows = await db.query<{ status: string; decided_by_api_key_id: number | null }>(
+      'select status, decided_by_api_key_id from tool_approvals where chat_id = $1',
+      [chatId],
+    );
+    expect(rows).toEqual([{ status: 'approved', decided_by_api_key_id: expect.any(Number) }]);
+  }, 60_000);
+
   it('every process stops cleanly on SIGTERM', async () => {
     worker.child.kill('SIGTERM');
     const codes = await Promise.all([...servers.map((s) => s.stop()), worker.exited.then((e) => e.code)]);

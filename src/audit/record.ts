@@ -22,6 +22,7 @@ export const AUDIT_RESOURCE_TYPES = [
   'webhook',
   'document',
   'chat',
+  'tool_approval',
 ] as const;
 export type AuditResourceType = (typeof AUDIT_RESOURCE_TYPES)[number];
 

@@ -1,7 +1,7 @@
 import { type Static, type TSchema, Type } from '@sinclair/typebox';
 import type { ApiError } from '../http/errors.js';
 import { Nullable } from '../http/schemas.js';
-import { ChatView, MessageView } from '../modules/chats/schemas.js';
+import { ChatView, MessageView, PendingApproval } from '../modules/chats/schemas.js';
 
 /**
  * The Server-Sent Events of the service, declared once (spec 6). The TypeScript event types, the
@@ -35,8 +35,13 @@ export const ChatStreamEvents = {
       parameters: Type.Record(Type.String(), Type.Unknown()),
     }),
   },
+  approval_required: {
+    summary:
+      "After `tool_start`, for a tool the chat's agent lists in `tools_requiring_approval`: the turn waits (the stream stays open) until POST /api/v2/chats/:id/approvals/:tool_call_id decides, or `expires_at` passes (a denial)",
+    payload: PendingApproval,
+  },
   tool_result: {
-    summary: 'A tool call ended',
+    summary: 'A tool call ended (or was denied: `error` holds the reason)',
     payload: Type.Object({
       tool_call_id: Type.String(),
       tool_name: Type.String(),

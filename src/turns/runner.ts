@@ -22,6 +22,7 @@ import type { TurnOutcomeLabel } from '../telemetry/metrics.js';
 import { genAiModel, type SpanHandle, traceModel, traceTools, withSpan } from '../telemetry/tracing.js';
 import { TurnTiming } from '../telemetry/turn-timing.js';
 import { TurnAdditions, type TurnAdditionsInput } from './additions.js';
+import { ApprovalGate, ApprovalWaits, withApprovals } from './approvals.js';
 import { turnStreamKey } from './events.js';
 import { describeFailure, TURN_INTERRUPTED_MESSAGE, TurnCancelled, TurnFailure } from './failure.js';
 import { finishTurn, type TurnEnd } from './finish.js';
@@ -90,6 +91,13 @@ export interface TurnOptions {
 /** How long a failed turn's end is retried while the database does not answer. */
 const RECORD_RETRY_MS = 10 * 60_000;
 
+/** Turns waiting for tool approvals do not get the shutdown's grace period: nobody may answer within it. */
+const SHUT_DOWN_WAITING = new TurnFailure(
+  'The server shut down while the reply waited for a tool approval',
+  'turn_cancelled',
+  true,
+);
+
 /** Cancel requests for turns running in another process arrive on this channel (payload: the turn id). */
 export const TURN_CANCEL_CHANNEL = 'scriptorium_turn_cancels';
 
@@ -105,6 +113,8 @@ export class TurnRunner {
   /** Ends of failed turns that could not be written yet (the database was away), retried. */
   private readonly recordings = new Set<Promise<void>>();
   private listeningForCancels = false;
+  /** Tool calls of this process's turns waiting for approval decisions (src/turns/approvals.ts). */
+  readonly approvals: ApprovalWaits;
 
   constructor(
     private readonly deps: {
@@ -118,6 +128,7 @@ export class TurnRunner {
   ) {
     // Every running turn listens for the shutdown; hundreds at once are expected, not a leak.
     setMaxListeners(0, this.shutdown.signal);
+    this.approvals = new ApprovalWaits(deps.streams.notifier, deps.log);
   }
 
   get settings(): TurnSettings {
@@ -265,6 +276,7 @@ export class TurnRunner {
    * to the lease's expiry.
    */
   async close(graceMs = 0): Promise<void> {
+    this.approvals.stopAll(SHUT_DOWN_WAITING);
     const pending = () => [...this.inFlight, ...this.recordings];
     if (pending().length === 0) return;
     let timer: NodeJS.Timeout | undefined;
@@ -333,6 +345,7 @@ export class TurnRunner {
       turn_id: ids.turnId,
     });
     const publisher = new StreamPublisher<TurnEvent>(streams, turnStreamKey(ids.turnId));
+    let approvals: ApprovalGate | null = null;
     const publishNow = (event: TurnEvent) =>
       publisher.publish(event).then(
         () => timing.eventWritten(),
@@ -345,7 +358,9 @@ export class TurnRunner {
     );
     const publish = (event: TurnEvent) => {
       content.flush();
-      return publishNow(event);
+      const published = publishNow(event);
+      approvals?.observe(event);
+      return published;
     };
     const stopLease = keepLeaseAlive(db, ids.turnId, settings.leaseMs, {
       onError: (err) => log.warn({ err }, 'could not renew the turn lease'),
@@ -366,6 +381,25 @@ export class TurnRunner {
         ),
       ),
     );
+    if (plan.agent && plan.agent.toolsRequiringApproval.length > 0) {
+      approvals = new ApprovalGate({
+        db,
+        waits: this.approvals,
+        turn: {
+          ...ids,
+          messageId: ids.assistantMessageId,
+          organizationId: ctx.principal.organizationId,
+          projectId: plan.project.id,
+          chatId: plan.chat.id,
+        },
+        list: plan.agent.toolsRequiringApproval,
+        timeoutMs: ctx.config.approvalTimeoutMs,
+        publish,
+        signal: abort.signal,
+        stopTurn: (reason) => abort.abort(reason),
+        watchdog,
+      });
+    }
 
     const additions = new TurnAdditions(options.additions ?? {});
     let annotations = {};
@@ -414,7 +448,7 @@ export class TurnRunner {
       return { status: 'failed', error, timing };
     };
     try {
-      const stream = await this.startModel(ctx, plan, abort.signal, watchdog, timing, additions);
+      const stream = await this.startModel(ctx, plan, abort.signal, watchdog, timing, approvals, additions);
       let failure: unknown = null;
       try {
         for await (const part of stream.fullStream) {
@@ -538,6 +572,7 @@ export class TurnRunner {
     signal: AbortSignal,
     watchdog: IdleWatchdog,
     timing: TurnTiming,
+    approvals: ApprovalGate | null,
     additions: TurnAdditions,
   ): Promise<TurnModelStream> {
     const { database, families, settings } = this.deps;
@@ -557,8 +592,12 @@ export class TurnRunner {
       plan.agent ? timing.db(skillsOfAgent(db, plan.agent.id)) : [],
       timing.db(conversationOf(db, plan.chat.id, settings.historyLimit)),
     ]);
+    // The approval gate is outermost: a call waiting for a person is neither run time nor a tool span.
     // The tools first: the system prompt asks for citations when knowledge_search is among them.
-    const tools = traceTools(pausingWatchdog(additions.tools(toolSet.tools), watchdog));
+    const tools = withApprovals(
+      approvals,
+      traceTools(pausingWatchdog(additions.tools(toolSet.tools), watchdog)),
+    );
     const system = additions.system(
       buildSystemPrompt({ project: plan.project, agent: plan.agent, skills, toolNotes: toolSet.notes }),
     );

@@ -3,6 +3,14 @@ import { toolExecutions } from '../db/schema/index.js';
 import type { TurnEvent } from '../streams/protocol.js';
 import { errorMessage } from './failure.js';
 
+/**
+ * Thrown by a gated tool call that was denied or not decided in time: the tool did not run. Its
+ * message is the tool's result for the model and the tool execution's `error.message`.
+ */
+export class ToolDenied extends Error {
+  override readonly name = 'ToolDenied';
+}
+
 /** A finished tool call as the SDK's stream reports it. */
 export interface FinishedToolCall {
   type: 'tool-result' | 'tool-error';
@@ -13,7 +21,10 @@ export interface FinishedToolCall {
   error?: unknown;
 }
 
-/** Stores a tool call of a reply (DESIGN.md 4: `completed`, or `failed` with its error) and returns its event. */
+/**
+ * Stores a tool call of a reply (DESIGN.md 4: `completed`, or `failed` with its error; `denied`
+ * when it needed an approval it did not get) and returns its event.
+ */
 export async function recordToolExecution(
   db: Queryable,
   call: { organizationId: number; messageId: number; part: FinishedToolCall; executionTimeMs: number },
@@ -27,7 +38,7 @@ export async function recordToolExecution(
     messageId: call.messageId,
     toolName: part.toolName,
     toolCallId: part.toolCallId,
-    status: failed ? 'failed' : 'completed',
+    status: part.error instanceof ToolDenied ? 'denied' : failed ? 'failed' : 'completed',
     parameters: asParameters(part.input),
     result,
     error,

@@ -51,3 +51,25 @@ export function recordTurnFailed(tx: Queryable, turn: TurnRef, error: { code: st
     },
   });
 }
+
+/**
+ * `chat_approval_required`, in the transaction that stores the pending approval: a tool call of
+ * the turn waits for POST /api/v2/chats/:id/approvals/:tool_call_id.
+ */
+export function recordApprovalRequired(
+  tx: Queryable,
+  turn: TurnRef,
+  pending: {
+    tool_call_id: string;
+    tool_name: string;
+    parameters: Record<string, unknown>;
+    expires_at: string;
+  },
+) {
+  return recordEventIfSubscribed(tx, {
+    organizationId: turn.organizationId,
+    projectId: turn.projectId,
+    eventName: 'chat_approval_required',
+    eventData: { chat_id: turn.chatId, message_id: turn.messageId, project_id: turn.projectId, ...pending },
+  });
+}

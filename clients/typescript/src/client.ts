@@ -185,6 +185,29 @@ export function createScriptoriumClient(options: ScriptoriumClientOptions) {
         .response;
     },
 
+    /**
+     * Approves or denies a tool call waiting for approval (`approval_required`, or a message with
+     * `status: "requires_action"`); returns the reply once the turn finishes or waits again.
+     */
+    async decide(
+      chatId: number,
+      toolCallId: string,
+      decision: { approved: boolean; reason?: string },
+      opts: RequestOptions = {},
+    ): Promise<Message> {
+      const data = unwrap(
+        await api.POST('/api/v2/chats/{id}/approvals/{tool_call_id}', {
+          params: {
+            path: { id: chatId, tool_call_id: toolCallId },
+            header: idempotency(opts.idempotencyKey),
+          },
+          body: { ...decision, stream: false },
+          signal: opts.signal,
+        }),
+      ) as Schemas['MessageCreatedResponse'];
+      return data.response.message;
+    },
+
     /** Stops the turn in progress; its stream ends with `done`. */
     async cancel(chatId: number): Promise<void> {
       unwrap(await api.POST('/api/v2/chats/{id}/cancel', { params: { path: { id: chatId } } }));

@@ -19,7 +19,7 @@ export interface paths {
         put?: never;
         /**
          * Create a chat, optionally sending the first message
-         * @description With `stream: true` the answer is HTTP 200 `text/event-stream` with the events `queued`, `content`, `tool_start`, `tool_result`, `done` and `error` (spec 6.1), each with an `id:` line (its sequence number in the turn). A repeat with the same `Idempotency-Key` and body reattaches to the same stream from its start.
+         * @description With `stream: true` the answer is HTTP 200 `text/event-stream` with the events `queued`, `content`, `tool_start`, `approval_required`, `tool_result`, `done` and `error` (spec 6.1), each with an `id:` line (its sequence number in the turn). A repeat with the same `Idempotency-Key` and body reattaches to the same stream from its start.
          */
         post: operations["createChat"];
         delete?: never;
@@ -67,7 +67,7 @@ export interface paths {
         put?: never;
         /**
          * Send a message; one turn at a time per chat (409, queue or interrupt: `if_busy`)
-         * @description With `stream: true` the answer is HTTP 200 `text/event-stream` with the events `queued`, `content`, `tool_start`, `tool_result`, `done` and `error` (spec 6.1), each with an `id:` line (its sequence number in the turn). A repeat with the same `Idempotency-Key` and body reattaches to the same stream from its start. A message starting with a skill's slash command runs that skill.
+         * @description With `stream: true` the answer is HTTP 200 `text/event-stream` with the events `queued`, `content`, `tool_start`, `approval_required`, `tool_result`, `done` and `error` (spec 6.1), each with an `id:` line (its sequence number in the turn). A repeat with the same `Idempotency-Key` and body reattaches to the same stream from its start. A message starting with a skill's slash command runs that skill.
          */
         post: operations["sendMessage"];
         delete?: never;
@@ -85,7 +85,7 @@ export interface paths {
         };
         /**
          * Reattach to the chat's turn stream
-         * @description Streams the chat's turn in progress, or its last one for 10 minutes after it ended: from its first event, or after the `Last-Event-ID` header or `?after=`, then live until `done` or `error`. Works from any server process. A turn whose server stopped before its end (its lease ran out, or it is known dead) ends with an `error` event (code 500, the turn was interrupted) after its stored events. 204 when there is nothing to attach to (no turn, or every event already received).
+         * @description Streams the chat's turn in progress, or its last one for 10 minutes after it ended: from its first event, or after the `Last-Event-ID` header or `?after=`, then live until `done` or `error`. Works from any server process, also for a turn waiting for tool approvals (its stream stays open until the decision). A turn whose server stopped before its end (its lease ran out, or it is known dead) ends with an `error` event (code 500, the turn was interrupted) after its stored events. 204 when there is nothing to attach to (no turn, or every event already received).
          */
         get: operations["streamChat"];
         put?: never;
@@ -110,6 +110,26 @@ export interface paths {
          * @description Stops the turn whether streaming, blocking or detached, from any server process. The reply generated so far is kept in history with `cancelled: true` (and its `usage`), the turn's stream ends with `done` carrying it, and the chat takes messages again. A turn whose server does not answer within 3 s (it died) is recorded as cancelled by this request, with the reply as far as it was streamed. 409 when no turn is running.
          */
         post: operations["cancelChatTurn"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v2/chats/{id}/approvals/{tool_call_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Approve or deny a tool call waiting for approval
+         * @description Decides a tool call announced by `approval_required` (the chat's agent lists the tool in `tools_requiring_approval`), from any server process; only the key that owns the chat may (other keys get 404, as for every chat endpoint). Approved, the tool runs and `tool_result` follows; denied, it does not run: its tool execution gets `status: "denied"` and `error: {message}` with the reason, which the model receives as the tool's result, and the turn continues. The decision is recorded with the deciding key (and in the audit log). The answer is a send-message's: `response.message` once the turn finishes, or pauses again for another approval (`status: "requires_action"`), within REPLY_TIMEOUT_MS (else 504); with `stream: true`, the rest of the turn's events. With `stream: true` the answer is HTTP 200 `text/event-stream` with the events `queued`, `content`, `tool_start`, `approval_required`, `tool_result`, `done` and `error` (spec 6.1), each with an `id:` line (its sequence number in the turn). A repeat with the same `Idempotency-Key` and body reattaches to the same stream from its start. 404 when the chat never asked about this tool call; 409 when it is not pending (decided, expired, or its turn is no longer running).
+         */
+        post: operations["decideToolApproval"];
         delete?: never;
         options?: never;
         head?: never;
@@ -167,7 +187,7 @@ export interface paths {
         put?: never;
         /**
          * Regenerate the chat's last reply
-         * @description Runs a new turn for the user message the reply answered; the new reply takes the old one's place in history once it completes (the old one is listed by GET .../versions). Only the chat's last assistant message: 409 otherwise. A failed regeneration leaves the old reply in place. With `stream: true` the answer is HTTP 200 `text/event-stream` with the events `queued`, `content`, `tool_start`, `tool_result`, `done` and `error` (spec 6.1), each with an `id:` line (its sequence number in the turn). A repeat with the same `Idempotency-Key` and body reattaches to the same stream from its start.
+         * @description Runs a new turn for the user message the reply answered; the new reply takes the old one's place in history once it completes (the old one is listed by GET .../versions). Only the chat's last assistant message: 409 otherwise. A failed regeneration leaves the old reply in place. With `stream: true` the answer is HTTP 200 `text/event-stream` with the events `queued`, `content`, `tool_start`, `approval_required`, `tool_result`, `done` and `error` (spec 6.1), each with an `id:` line (its sequence number in the turn). A repeat with the same `Idempotency-Key` and body reattaches to the same stream from its start.
          */
         post: operations["regenerateMessage"];
         delete?: never;
@@ -1330,7 +1350,7 @@ export interface paths {
         };
         /**
          * Who changed what in the caller's organization, newest first (organization admins)
-         * @description The audit log of the caller's organization: every write through API v1 and every chat archive, with actor, action, resource, changed field names (never values) and request id. Filters: from, to, action, resource_type, actor_api_key_id. Organization admins only. Paginated.
+         * @description The audit log of the caller's organization: every write through API v1, every chat archive and every tool-approval decision, with actor, action, resource, changed field names (never values) and request id. Filters: from, to, action, resource_type, actor_api_key_id. Organization admins only. Paginated.
          */
         get: operations["listAuditEvents"];
         put?: never;
@@ -1811,7 +1831,7 @@ export interface components {
         CreateWebhookBody: {
             /** @description https URL on a public address (http and private addresses only with OUTBOUND_ALLOW_PRIVATE) */
             url: string;
-            /** @description Project webhooks: any of artifact_generated, artifact_refined, artifact_generation_failed, chat_turn_completed, chat_turn_failed. Organization webhooks: any of artifact_generated, artifact_refined, artifact_generation_failed, chat_turn_completed, chat_turn_failed, document_processed, document_failed */
+            /** @description Project webhooks: any of artifact_generated, artifact_refined, artifact_generation_failed, chat_turn_completed, chat_turn_failed, chat_approval_required. Organization webhooks: any of artifact_generated, artifact_refined, artifact_generation_failed, chat_turn_completed, chat_turn_failed, chat_approval_required, document_processed, document_failed */
             events: string[];
         };
         /** CreatedWebhook */
@@ -1939,6 +1959,8 @@ export interface components {
             group_ids: number[];
             /** @description Enabled tool families: knowledge, artifacts, skills, integrations */
             tools: string[];
+            /** @description Tool names (as the model calls them, e.g. `knowledge_search`, `desk__echo`) whose calls wait for POST /api/v2/chats/:id/approvals/:tool_call_id before they run; `["*"]` for every tool; `[]` (the default) for none */
+            tools_requiring_approval: string[];
             /** @description UTC, microsecond precision: YYYY-MM-DDTHH:MM:SS.ffffffZ */
             created_at: string;
             /** @description UTC, microsecond precision: YYYY-MM-DDTHH:MM:SS.ffffffZ */
@@ -1961,6 +1983,8 @@ export interface components {
             group_ids?: number[];
             /** @description Any of: knowledge, artifacts, skills, integrations. Default: all of them */
             tools?: string[];
+            /** @description Tool names (as the model calls them, e.g. `knowledge_search`, `desk__echo`) whose calls wait for POST /api/v2/chats/:id/approvals/:tool_call_id before they run; `["*"]` for every tool; `[]` (the default) for none */
+            tools_requiring_approval?: string[];
         };
         /** AgentResponse */
         AgentResponse: {
@@ -1978,6 +2002,8 @@ export interface components {
             group_ids?: number[];
             /** @description Any of: knowledge, artifacts, skills, integrations. Default: all of them */
             tools?: string[];
+            /** @description Tool names (as the model calls them, e.g. `knowledge_search`, `desk__echo`) whose calls wait for POST /api/v2/chats/:id/approvals/:tool_call_id before they run; `["*"]` for every tool; `[]` (the default) for none */
+            tools_requiring_approval?: string[];
         };
         /** ModelConfiguration */
         ModelConfiguration: {
@@ -2466,7 +2492,7 @@ export interface components {
             id: number;
             tool_name: string;
             tool_call_id: string;
-            /** @description `completed`, or `failed` when the tool threw (see `error`) */
+            /** @description `completed`; `failed` when the tool threw (see `error`); `denied` when its call needed an approval that was refused or not given within APPROVAL_TIMEOUT_MS: the tool did not run, and `error.message` (with the reason) is what the model received */
             status: string;
             parameters: {
                 [key: string]: unknown;
@@ -2476,6 +2502,19 @@ export interface components {
                 message: string;
             } | null;
             execution_time_ms: number;
+        };
+        /**
+         * PendingApproval
+         * @description A tool call waiting for POST /api/v2/chats/:id/approvals/:tool_call_id; undecided at `expires_at`, it counts as denied
+         */
+        PendingApproval: {
+            tool_call_id: string;
+            tool_name: string;
+            parameters: {
+                [key: string]: unknown;
+            };
+            /** @description UTC, microsecond precision: YYYY-MM-DDTHH:MM:SS.ffffffZ */
+            expires_at: string;
         };
         /**
          * MessageUsage
@@ -2516,8 +2555,10 @@ export interface components {
             /** @description UTC, microsecond precision: YYYY-MM-DDTHH:MM:SS.ffffffZ */
             created_at: string;
             tool_executions: components["schemas"]["ToolExecution"][];
-            /** @description `completed`; `cancelled` for a reply stopped by POST /chats/:id/cancel; `failed` on both messages of a turn that failed (a model or tool error, the database or the server going away): the reply holds what was generated, and the message was not answered */
-            status: "completed" | "cancelled" | "failed";
+            /** @description `completed`; `requires_action` for a reply waiting for tool approvals (see `pending_approvals`; only in the answer of a blocking request, never in history); `cancelled` for a reply stopped by POST /chats/:id/cancel; `failed` on both messages of a turn that failed (a model or tool error, the database or the server going away): the reply holds what was generated, and the message was not answered */
+            status: "completed" | "requires_action" | "cancelled" | "failed";
+            /** @description With `status: "requires_action"`: the tool calls waiting for a decision; `content` and `tool_executions` are the reply so far */
+            pending_approvals?: components["schemas"]["PendingApproval"][];
             usage?: components["schemas"]["MessageUsage"];
             /** @description Only on a freshly produced reply (the `done` event, the blocking answer), never in history: where the time went, in milliseconds */
             timing?: {
@@ -2618,6 +2659,18 @@ export interface components {
             } & {
                 [key: string]: unknown;
             };
+        };
+        /** DecideApprovalBody */
+        DecideApprovalBody: {
+            /** @description true: the tool runs; false: it does not, and the model is told */
+            approved: boolean;
+            /** @description Kept with the decision; on a denial, part of the tool's result the model reads */
+            reason?: string;
+            /**
+             * @description Stream the rest of the turn (text/event-stream)
+             * @default false
+             */
+            stream: boolean;
         };
         /** QueuedMessage */
         QueuedMessage: {
@@ -3103,7 +3156,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description text/event-stream: the turn's events (`queued`, `content`, `tool_start`, `tool_result`, `done` and `error`), each with its `id:` */
+            /** @description text/event-stream: the turn's events (`queued`, `content`, `tool_start`, `approval_required`, `tool_result`, `done` and `error`), each with its `id:` */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -3143,6 +3196,46 @@ export interface operations {
             cookie?: never;
         };
         requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MessageCreatedResponse"];
+                };
+            };
+            400: components["responses"]["V2BadRequest"];
+            401: components["responses"]["V2Unauthorized"];
+            402: components["responses"]["V2PaymentRequired"];
+            403: components["responses"]["V2Forbidden"];
+            404: components["responses"]["V2NotFound"];
+            409: components["responses"]["V2Conflict"];
+            429: components["responses"]["V2TooManyRequests"];
+            500: components["responses"]["V2InternalError"];
+            504: components["responses"]["V2GatewayTimeout"];
+        };
+    };
+    decideToolApproval: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the POST safe to retry for 24 hours: a repeat with the same body gets the first answer (a streamed one reattaches to the same stream); a different body is 422, a repeat while the first runs is 409. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                id: number;
+                /** @description From `approval_required` */
+                tool_call_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["DecideApprovalBody"];
+            };
+        };
         responses: {
             /** @description OK */
             200: {
@@ -6012,7 +6105,7 @@ export interface operations {
                 /** @description Exact action */
                 action?: string;
                 /** @description The kind of resource changed */
-                resource_type?: "organization" | "user" | "api_key" | "group" | "category" | "project" | "artifact_type" | "artifact" | "skill" | "agent" | "model_configuration" | "integration" | "webhook" | "document" | "chat";
+                resource_type?: "organization" | "user" | "api_key" | "group" | "category" | "project" | "artifact_type" | "artifact" | "skill" | "agent" | "model_configuration" | "integration" | "webhook" | "document" | "chat" | "tool_approval";
                 /** @description Only changes made with this key */
                 actor_api_key_id?: number;
             };
@@ -6043,7 +6136,7 @@ export interface operations {
                             action: string;
                             resource: {
                                 /** @description The kind of resource changed */
-                                type: "organization" | "user" | "api_key" | "group" | "category" | "project" | "artifact_type" | "artifact" | "skill" | "agent" | "model_configuration" | "integration" | "webhook" | "document" | "chat";
+                                type: "organization" | "user" | "api_key" | "group" | "category" | "project" | "artifact_type" | "artifact" | "skill" | "agent" | "model_configuration" | "integration" | "webhook" | "document" | "chat" | "tool_approval";
                                 id: number;
                             };
                             /** @description Names of the fields the write set (never their values) */
@@ -6076,7 +6169,7 @@ export interface operations {
                 /** @description Exact action */
                 action?: string;
                 /** @description The kind of resource changed */
-                resource_type?: "organization" | "user" | "api_key" | "group" | "category" | "project" | "artifact_type" | "artifact" | "skill" | "agent" | "model_configuration" | "integration" | "webhook" | "document" | "chat";
+                resource_type?: "organization" | "user" | "api_key" | "group" | "category" | "project" | "artifact_type" | "artifact" | "skill" | "agent" | "model_configuration" | "integration" | "webhook" | "document" | "chat" | "tool_approval";
                 /** @description Only changes made with this key */
                 actor_api_key_id?: number;
                 /** @description Only this organization */
@@ -6109,7 +6202,7 @@ export interface operations {
                             action: string;
                             resource: {
                                 /** @description The kind of resource changed */
-                                type: "organization" | "user" | "api_key" | "group" | "category" | "project" | "artifact_type" | "artifact" | "skill" | "agent" | "model_configuration" | "integration" | "webhook" | "document" | "chat";
+                                type: "organization" | "user" | "api_key" | "group" | "category" | "project" | "artifact_type" | "artifact" | "skill" | "agent" | "model_configuration" | "integration" | "webhook" | "document" | "chat" | "tool_approval";
                                 id: number;
                             };
                             /** @description Names of the fields the write set (never their values) */

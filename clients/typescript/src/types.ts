@@ -4,6 +4,8 @@ type Schemas = components['schemas'];
 export type Chat = Schemas['Chat'];
 export type Message = Schemas['Message'];
 export type ToolExecution = Schemas['ToolExecution'];
+/** A tool call waiting for a decision (`message.pending_approvals`, the `approval_required` event). */
+export type PendingApproval = Schemas['PendingApproval'];
 export type Pagination = Schemas['Pagination'];
 export type Artifact = Schemas['Artifact'];
 export type Project = Schemas['Project'];
@@ -26,6 +28,8 @@ export type ChatStreamEvent =
       event: 'tool_start';
       data: { tool_call_id: string; tool_name: string; parameters: Record<string, unknown> };
     }
+  /** After `tool_start`, for a tool the agent gates: the turn waits for `chats.decide` (or `expires_at`). */
+  | { id: number; event: 'approval_required'; data: PendingApproval }
   | {
       id: number;
       event: 'tool_result';
@@ -73,5 +77,9 @@ export type WebhookEvent =
         artifact_type_slug: string;
         reason?: string;
       };
+    }
+  | {
+      event_name: 'chat_approval_required';
+      event_data: PendingApproval & { chat_id: number; message_id: number; project_id: number };
     }
   | { event_name: 'webhook_test'; event_data: { project_id: number; webhook_id: number; message: string } };

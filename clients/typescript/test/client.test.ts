@@ -10,13 +10,19 @@ import { eq } from 'drizzle-orm';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { artifacts, chats } from '../../../src/db/schema/index.js';
 import { createArtifactType, createSkill, setBalance } from '../../../test/artifacts-fixtures.js';
-import { addModel, type ChatTestApp, startChatApp } from '../../../test/chats-support.js';
+import {
+  addModel,
+  type ChatTestApp,
+  startChatApp,
+  testKnowledgeFamily,
+} from '../../../test/chats-support.js';
 import { call, createOrg, expectStatus, type TestOrg } from '../../../test/helpers/app.js';
 import { type FakeModelServer, startFakeModelServer } from '../../../test/helpers/fake-model-server.js';
 import { startWebhookReceiver, type WebhookReceiver } from '../../../test/helpers/webhook-receiver.js';
 import {
   type ChatStreamEvent,
   createScriptoriumClient,
+  type Message,
   ScriptoriumError,
   verifyWebhook,
   WebhookVerificationError,
@@ -283,6 +289,48 @@ describe('the TypeScript client', () => {
     expect(rows[0].content).toBe(chunks.join(''));
     expect((await client.artifacts.get('memo', rows[0].id)).content).toBe(chunks.join(''));
     expect(model.chatRequests()).toHaveLength(1);
+  });
+
+  it('tool approval: the stream shows approval_required, decide() approves, the reply finishes', async () => {
+    // The app's tool families are the test's to change: a knowledge search the agent gates.
+    Object.assign(t.deps.toolFamilies, testKnowledgeFamily());
+    try {
+      const org = await orgWithModel();
+      const client = clientFor(org);
+      const agent = await call(t, 'POST', '/api/v1/agents', {
+        key: org.orgKey,
+        body: { name: 'Gated', instructions: '', tools: ['knowledge'], tools_requiring_approval: ['*'] },
+      });
+      expectStatus(agent, 201);
+      const { chat } = await client.chats.create({
+        project_id: org.projectId,
+        agent_id: agent.body.agent.id,
+      });
+      model.enqueue(
+        { toolCalls: [{ id: 'call_c', name: 'knowledge_search', arguments: { query: 'q' } }] },
+        { text: 'Found it.' },
+      );
+      const events: ChatStreamEvent[] = [];
+      let decided: Promise<unknown> | null = null;
+      for await (const event of client.chats.stream(chat.id, 'Search')) {
+        events.push(event);
+        if (event.event === 'approval_required') {
+          expect(event.data).toMatchObject({ tool_call_id: 'call_c', tool_name: 'knowledge_search' });
+          decided = client.chats.decide(chat.id, event.data.tool_call_id, { approved: true });
+        }
+      }
+      expect(events.map((e) => e.event)).toEqual(
+        expect.arrayContaining(['tool_start', 'approval_required', 'tool_result', 'done']),
+      );
+      const reply = (await decided) as Message;
+      expect(reply).toMatchObject({ status: 'completed', content: 'Found it.' });
+      await expect(client.chats.decide(chat.id, 'call_c', { approved: false })).rejects.toMatchObject({
+        status: 409,
+        code: 'approval_not_pending',
+      });
+    } finally {
+      delete (t.deps.toolFamilies as Record<string, unknown>).knowledge;
+    }
   });
 
   it("stops at the stream's error event", async () => {

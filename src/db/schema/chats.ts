@@ -95,7 +95,8 @@ export const chatMessages = pgTable(
 );
 export type MessageRow = typeof chatMessages.$inferSelect;
 
-export type ToolExecutionStatus = 'completed' | 'failed';
+/** `denied`: the call needed an approval that was refused or not given in time; the tool did not run. */
+export type ToolExecutionStatus = 'completed' | 'failed' | 'denied';
 
 /** Every tool call the assistant made in a reply, stored as it finished (DESIGN.md 4). */
 export const toolExecutions = pgTable(
@@ -110,7 +111,7 @@ export const toolExecutions = pgTable(
       .references(() => chatMessages.id),
     toolName: text('tool_name').notNull(),
     toolCallId: text('tool_call_id').notNull(),
-    status: text('status', { enum: ['completed', 'failed'] })
+    status: text('status', { enum: ['completed', 'failed', 'denied'] })
       .$type<ToolExecutionStatus>()
       .notNull(),
     parameters: jsonb('parameters').$type<Record<string, unknown>>().notNull().default({}),

@@ -11,4 +11,5 @@ export * from './idempotency.js';
 export * from './integrations.js';
 export * from './management.js';
 export * from './stream-events.js';
+export * from './tool-approvals.js';
 export * from './webhook-deliveries.js';

@@ -132,6 +132,8 @@ export const agents = pgTable(
       onDelete: 'set null',
     }),
     tools: jsonb('tools').$type<AgentTool[]>().notNull().default([]),
+    /** Tool names whose calls wait for a decision (POST /api/v2/chats/:id/approvals/:tool_call_id); `["*"]`: every tool. */
+    toolsRequiringApproval: jsonb('tools_requiring_approval').$type<string[]>().notNull().default([]),
     deletedAt: tstz('deleted_at'),
     ...timestamps,
   },

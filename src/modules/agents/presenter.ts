@@ -15,6 +15,7 @@ export const presentAgent = (row: AgentRow, links: AgentLinks): Agent => ({
   skill_ids: links.skillIds,
   group_ids: links.groupIds,
   tools: row.tools,
+  tools_requiring_approval: row.toolsRequiringApproval,
   created_at: formatTimestamp(row.createdAt),
   updated_at: formatTimestamp(row.updatedAt),
 });

@@ -5,6 +5,9 @@ import { Id, Nullable, Timestamp } from '../../http/schemas.js';
 
 export const AGENT_TOOLS: readonly AgentTool[] = ['knowledge', 'artifacts', 'skills', 'integrations'];
 
+const APPROVAL_NOTE =
+  'Tool names (as the model calls them, e.g. `knowledge_search`, `desk__echo`) whose calls wait for POST /api/v2/chats/:id/approvals/:tool_call_id before they run; `["*"]` for every tool; `[]` (the default) for none';
+
 export const Agent = Type.Object(
   {
     id: Type.Integer(),
@@ -16,6 +19,9 @@ export const Agent = Type.Object(
     skill_ids: Type.Array(Type.Integer()),
     group_ids: Type.Array(Type.Integer(), { description: 'Empty: every user may use the agent' }),
     tools: Type.Array(Type.String(), { description: `Enabled tool families: ${AGENT_TOOLS.join(', ')}` }),
+    tools_requiring_approval: Type.Array(Type.String(), {
+      description: APPROVAL_NOTE,
+    }),
     created_at: Timestamp,
     updated_at: Timestamp,
   },
@@ -34,6 +40,10 @@ const fields = {
   tools: Type.Array(Type.String(), {
     description: `Any of: ${AGENT_TOOLS.join(', ')}. Default: all of them`,
   }),
+  tools_requiring_approval: Type.Array(Type.String({ minLength: 1, maxLength: 128 }), {
+    maxItems: 100,
+    description: APPROVAL_NOTE,
+  }),
 };
 
 export const CreateAgentBody = Type.Object(
@@ -44,6 +54,7 @@ export const CreateAgentBody = Type.Object(
     skill_ids: Type.Optional(fields.skill_ids),
     group_ids: Type.Optional(fields.group_ids),
     tools: Type.Optional(fields.tools),
+    tools_requiring_approval: Type.Optional(fields.tools_requiring_approval),
   },
   { title: 'CreateAgentBody' },
 );

@@ -63,15 +63,35 @@ function checkTools(tools: string[]): AgentTool[] {
   return AGENT_TOOLS.filter((tool) => tools.includes(tool));
 }
 
+/** `["*"]` (every tool) or distinct tool names; `*` among names would be ambiguous (422). */
+function checkApprovalList(names: string[]): string[] {
+  const distinct = [...new Set(names.map((name) => name.trim()))];
+  if (distinct.includes('*') && distinct.length > 1) {
+    throw unprocessable('"*" (every tool) must be the only entry of tools_requiring_approval', {
+      tools_requiring_approval: ['"*" stands alone: ["*"] for every tool, or tool names'],
+    });
+  }
+  if (distinct.some((name) => name === '')) {
+    throw unprocessable('Tool names must not be blank', {
+      tools_requiring_approval: ['a tool name must not be blank'],
+    });
+  }
+  return distinct;
+}
+
 /** Every reference is checked against the organization before anything is written (422 otherwise). */
 async function checkReferences(tx: Queryable, orgId: number, body: UpdateAgentBody) {
   const tools = body.tools === undefined ? undefined : checkTools(body.tools);
+  const toolsRequiringApproval =
+    body.tools_requiring_approval === undefined
+      ? undefined
+      : checkApprovalList(body.tools_requiring_approval);
   if (body.model_configuration_id !== undefined && body.model_configuration_id !== null) {
     await chatModelConfiguration(tx, orgId, body.model_configuration_id, fieldRefusal());
   }
   const skillIds = body.skill_ids === undefined ? undefined : await checkSkillIds(tx, orgId, body.skill_ids);
   const groupIds = body.group_ids === undefined ? undefined : await checkGroupIds(tx, orgId, body.group_ids);
-  return { tools, skillIds, groupIds };
+  return { tools, toolsRequiringApproval, skillIds, groupIds };
 }
 
 export async function createAgent(ctx: ServiceContext, body: CreateAgentBody) {
@@ -89,6 +109,7 @@ export async function createAgent(ctx: ServiceContext, body: CreateAgentBody) {
         modelConfigurationId: body.model_configuration_id ?? null,
         // An agent adds instructions to a chat; unless told otherwise it keeps every tool a chat has.
         tools: refs.tools ?? [...AGENT_TOOLS],
+        toolsRequiringApproval: refs.toolsRequiringApproval ?? [],
       })
       .returning();
     const skillIds = refs.skillIds ?? [];
@@ -139,6 +160,7 @@ export async function updateAgent(ctx: ServiceContext, id: number, body: UpdateA
         instructions: body.instructions,
         modelConfigurationId: body.model_configuration_id,
         tools: refs.tools,
+        toolsRequiringApproval: refs.toolsRequiringApproval,
         updatedAt: sql`now()`,
       })
       .where(eq(agents.id, id))

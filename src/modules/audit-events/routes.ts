@@ -15,7 +15,7 @@ export const auditEventRoutes: FastifyPluginAsyncTypebox = async (app) => {
       schema: {
         operationId: 'listAuditEvents',
         description:
-          "The audit log of the caller's organization: every write through API v1 and every chat archive, with actor, action, resource, changed field names (never values) and request id. Filters: from, to, action, resource_type, actor_api_key_id. Organization admins only. Paginated.",
+          "The audit log of the caller's organization: every write through API v1, every chat archive and every tool-approval decision, with actor, action, resource, changed field names (never values) and request id. Filters: from, to, action, resource_type, actor_api_key_id. Organization admins only. Paginated.",
         tags,
         summary: "Who changed what in the caller's organization, newest first (organization admins)",
         querystring: AuditEventQuery,

@@ -10,10 +10,12 @@ import { turnStreamKey } from '../../turns/events.js';
 import type { TurnPlan } from '../../turns/plan.js';
 import { awaitTurnReply, type BusyPolicy } from '../../turns/queue.js';
 import type { StartedTurn, TurnOutcome } from '../../turns/runner.js';
+import { type TurnStopWatch, untilPaused, watchPauses } from '../../turns/turn-stops.js';
+import { turnStops } from './approvals-routes.js';
 import type { MessageView } from './schemas.js';
 import { lostTurnEvent, relayTurn, replyTimeoutMessage, streamTurn } from './turn-http.js';
 
-type Deps = Pick<AppDeps, 'streams' | 'turns' | 'chatQueue' | 'config'>;
+type Deps = Pick<AppDeps, 'streams' | 'turns' | 'chatQueue' | 'config' | 'database'>;
 
 export interface BusySend {
   ctx: ServiceContext;
@@ -61,7 +63,8 @@ export async function sendWhenBusy(
       return undefined;
     }
     const turn = await run();
-    return awaitOutcome(reply, turn.outcome, deadline, deps.config.replyTimeoutMs);
+    const pauses = watchPauses(turnStops(deps), plan, turn);
+    return awaitOutcome(reply, turn.outcome, deadline, deps.config.replyTimeoutMs, pauses);
   }
 
   // The chat is busy: the message waits for it.
@@ -80,8 +83,13 @@ export async function sendWhenBusy(
     if (fate === 'closing') throw shuttingDown();
     if (fate === 'timeout' || fate === 'aborted') throw replyTimeout(deps.config.replyTimeoutMs);
     if (fate.kind === 'refused') throw fate.error;
-    if (fate.outcome) return awaitOutcome(reply, fate.outcome, deadline, deps.config.replyTimeoutMs);
-    const message = await awaitTurnReply(deps.streams, deps.turns, fate.turnId, deadline);
+    // A turn waiting for tool approvals answers with its reply so far (requires_action).
+    const pauses = watchPauses(turnStops(deps), plan, { turnId: fate.turnId });
+    if (fate.outcome) return awaitOutcome(reply, fate.outcome, deadline, deps.config.replyTimeoutMs, pauses);
+    const message = await untilPaused(
+      awaitTurnReply(deps.streams, deps.turns, fate.turnId, deadline),
+      pauses,
+    );
     if (message === 'timeout') throw replyTimeout(deps.config.replyTimeoutMs);
     return message;
   }
@@ -161,14 +169,17 @@ async function awaitOutcome(
   outcome: Promise<TurnOutcome>,
   deadline: number,
   timeoutMs: number,
+  pauses?: TurnStopWatch,
 ): Promise<MessageView> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<'timeout'>((resolve) => {
     timer = setTimeout(() => resolve('timeout'), Math.max(0, deadline - Date.now()));
   });
-  const settled = await Promise.race([outcome, timeout]);
+  const settled = await untilPaused(Promise.race([outcome, timeout]), pauses);
   clearTimeout(timer);
   if (settled === 'timeout') throw replyTimeout(timeoutMs);
+  // A paused turn's reply so far (a message has a role; an outcome has none).
+  if ('role' in settled) return settled;
   reply.header('server-timing', settled.timing.serverTiming());
   if (settled.status === 'failed') {
     const { error } = settled;

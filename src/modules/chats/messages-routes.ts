@@ -6,6 +6,8 @@ import { PageQuery, pagination } from '../../http/pagination.js';
 import { IdParams, ok, V2Error, v2Responses } from '../../http/schemas.js';
 import { requestArrival } from '../../telemetry/turn-timing.js';
 import { compileResponseFormat } from '../../turns/structured-output.js';
+import { watchPauses } from '../../turns/turn-stops.js';
+import { turnStops } from './approvals-routes.js';
 import { ATTACHMENT_BODY_LIMIT, prepareAttachments } from './attachments.js';
 import { sendWhenBusy } from './busy-http.js';
 import { BusyChatError, MessageCreated, MessageList, SendMessageBody } from './schemas.js';
@@ -76,7 +78,13 @@ export async function messageRoutes(parent: FastifyInstance): Promise<void> {
         return reply;
       }
       const turn = await deps.turns.begin(ctx, plan, content, { arrivedAt, additions });
-      const message = await awaitTurn(reply, turn, replyTimeoutMs);
+      const message = await awaitTurn(
+        reply,
+        turn,
+        replyTimeoutMs,
+        {},
+        watchPauses(turnStops(deps), plan, turn),
+      );
       return { status: 'ok' as const, response: { message } };
     },
   );

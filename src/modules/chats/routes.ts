@@ -7,6 +7,8 @@ import { IdParams, ok, v2Responses } from '../../http/schemas.js';
 import { requestArrival } from '../../telemetry/turn-timing.js';
 import { chatOfStream } from '../../turns/reattach.js';
 import { compileResponseFormat } from '../../turns/structured-output.js';
+import { watchPauses } from '../../turns/turn-stops.js';
+import { approvalRoutes, turnStops } from './approvals-routes.js';
 import { attachmentRoutes } from './attachment-routes.js';
 import { ATTACHMENT_BODY_LIMIT, prepareAttachments } from './attachments.js';
 import { messageRoutes } from './messages-routes.js';
@@ -90,7 +92,13 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const turn = await deps.turns.begin(ctx, plan, content, { arrivedAt, additions }).catch((err) => {
         throw withExtra(err, extra);
       });
-      const message = await awaitTurn(reply, turn, replyTimeoutMs, extra);
+      const message = await awaitTurn(
+        reply,
+        turn,
+        replyTimeoutMs,
+        extra,
+        watchPauses(turnStops(deps), plan, turn),
+      );
       reply.status(201);
       return { status: 'ok' as const, response: { chat: view, message } };
     },
@@ -165,6 +173,7 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
 
   await messageRoutes(app);
   await streamRoutes(app);
+  await approvalRoutes(app);
   await queueRoutes(app);
   await regenerateRoutes(app);
   await attachmentRoutes(app);

@@ -9,7 +9,10 @@ export const ToolExecutionView = Type.Object(
     id: Type.Integer(),
     tool_name: Type.String(),
     tool_call_id: Type.String(),
-    status: Type.String({ description: '`completed`, or `failed` when the tool threw (see `error`)' }),
+    status: Type.String({
+      description:
+        '`completed`; `failed` when the tool threw (see `error`); `denied` when its call needed an approval that was refused or not given within APPROVAL_TIMEOUT_MS: the tool did not run, and `error.message` (with the reason) is what the model received',
+    }),
     parameters: Type.Record(Type.String(), Type.Unknown()),
     result: Type.Unknown(),
     error: Nullable(Type.Object({ message: Type.String() })),
@@ -63,6 +66,21 @@ export const Citation = Type.Object(
   { title: 'Citation' },
 );
 
+export const PendingApproval = Type.Object(
+  {
+    tool_call_id: Type.String(),
+    tool_name: Type.String(),
+    parameters: Type.Record(Type.String(), Type.Unknown()),
+    expires_at: Timestamp,
+  },
+  {
+    title: 'PendingApproval',
+    description:
+      'A tool call waiting for POST /api/v2/chats/:id/approvals/:tool_call_id; undecided at `expires_at`, it counts as denied',
+  },
+);
+export type PendingApproval = Static<typeof PendingApproval>;
+
 export const MessageView = Type.Object(
   {
     id: Type.Integer(),
@@ -71,10 +89,24 @@ export const MessageView = Type.Object(
     model: Nullable(Type.String({ description: 'The model name; null for user messages' })),
     created_at: Timestamp,
     tool_executions: Type.Array(ToolExecutionView),
-    status: Type.Union([Type.Literal('completed'), Type.Literal('cancelled'), Type.Literal('failed')], {
-      description:
-        '`completed`; `cancelled` for a reply stopped by POST /chats/:id/cancel; `failed` on both messages of a turn that failed (a model or tool error, the database or the server going away): the reply holds what was generated, and the message was not answered',
-    }),
+    status: Type.Union(
+      [
+        Type.Literal('completed'),
+        Type.Literal('requires_action'),
+        Type.Literal('cancelled'),
+        Type.Literal('failed'),
+      ],
+      {
+        description:
+          '`completed`; `requires_action` for a reply waiting for tool approvals (see `pending_approvals`; only in the answer of a blocking request, never in history); `cancelled` for a reply stopped by POST /chats/:id/cancel; `failed` on both messages of a turn that failed (a model or tool error, the database or the server going away): the reply holds what was generated, and the message was not answered',
+      },
+    ),
+    pending_approvals: Type.Optional(
+      Type.Array(PendingApproval, {
+        description:
+          'With `status: "requires_action"`: the tool calls waiting for a decision; `content` and `tool_executions` are the reply so far',
+      }),
+    ),
     usage: Type.Optional(MessageUsage),
     timing: Type.Optional(MessageTiming),
     cancelled: Type.Optional(

@@ -54,7 +54,7 @@ export async function streamRoutes(parent: FastifyInstance): Promise<void> {
         operationId: 'streamChat',
         tags,
         summary: "Reattach to the chat's turn stream",
-        description: `Streams the chat's turn in progress, or its last one for ${REATTACH_WINDOW_MINUTES} minutes after it ended: from its first event, or after the \`Last-Event-ID\` header or \`?after=\`, then live until \`done\` or \`error\`. Works from any server process. A turn whose server stopped before its end (its lease ran out, or it is known dead) ends with an \`error\` event (code 500, the turn was interrupted) after its stored events. 204 when there is nothing to attach to (no turn, or every event already received).`,
+        description: `Streams the chat's turn in progress, or its last one for ${REATTACH_WINDOW_MINUTES} minutes after it ended: from its first event, or after the \`Last-Event-ID\` header or \`?after=\`, then live until \`done\` or \`error\`. Works from any server process, also for a turn waiting for tool approvals (its stream stays open until the decision). A turn whose server stopped before its end (its lease ran out, or it is known dead) ends with an \`error\` event (code 500, the turn was interrupted) after its stored events. 204 when there is nothing to attach to (no turn, or every event already received).`,
         params: IdParams,
         querystring: StreamQuery,
         response: {

@@ -11,6 +11,7 @@ import type { StreamHub } from '../../streams/stream-hub.js';
 import { turnIdOfStreamKey, turnStreamKey } from '../../turns/events.js';
 import { TURN_INTERRUPTED_MESSAGE } from '../../turns/failure.js';
 import type { StartedTurn } from '../../turns/runner.js';
+import type { TurnStopWatch } from '../../turns/turn-stops.js';
 import type { ChatView, MessageView } from './schemas.js';
 
 /** OpenAPI description of the streamed answers; the event list comes from src/streams/protocol.ts. */
@@ -146,22 +147,31 @@ function formatDuration(ms: number): string {
 /**
  * A non-streamed turn: waits for the reply up to the reply timeout (504 after it, the turn going on
  * into history). `extra` is added to every error body (`chat_id` on create, spec 4.1). The answer
- * carries the turn's `Server-Timing` (db, model, overhead, total).
+ * carries the turn's `Server-Timing` (db, model, overhead, total). With `pauses` (an agent that
+ * gates tools), a turn waiting for tool approvals answers at once with its reply so far
+ * (`requires_action`).
  */
 export async function awaitTurn(
   reply: FastifyReply,
   turn: StartedTurn,
   timeoutMs: number,
   extra: Record<string, unknown> = {},
+  pauses?: TurnStopWatch,
 ): Promise<MessageView> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<'timeout'>((resolve) => {
     timer = setTimeout(() => resolve('timeout'), timeoutMs);
   });
-  const outcome = await Promise.race([turn.outcome, timeout]);
+  const paused = new Promise<{ status: 'paused'; message: MessageView }>((resolve) => {
+    void pauses?.next.then((stop) => {
+      if (stop.kind === 'paused') resolve({ status: 'paused', message: stop.message });
+    });
+  });
+  const outcome = await Promise.race([turn.outcome, timeout, paused]).finally(() => pauses?.stop());
   clearTimeout(timer);
   if (outcome === 'timeout')
     throw new ApiError(504, 'reply_timeout', replyTimeoutMessage(timeoutMs), {}, extra);
+  if (outcome.status === 'paused') return outcome.message;
   reply.header('server-timing', outcome.timing.serverTiming());
   if (outcome.status === 'failed') {
     const { error } = outcome;

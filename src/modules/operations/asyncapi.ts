@@ -76,6 +76,24 @@ const webhookEvents: Record<string, { summary: string; payload: TSchema }> = {
       }),
     }),
   },
+  chat_approval_required: {
+    summary:
+      "A chat turn waits for a decision on a tool call (the agent's tools_requiring_approval): POST /api/v2/chats/:id/approvals/:tool_call_id; project and organization webhooks",
+    payload: Type.Object({
+      event_name: Type.Literal('chat_approval_required'),
+      event_data: Type.Object({
+        chat_id: Type.Integer(),
+        message_id: Type.Integer({ description: 'The assistant message (the reply waiting)' }),
+        project_id: Type.Integer(),
+        tool_call_id: Type.String(),
+        tool_name: Type.String(),
+        parameters: Type.Record(Type.String(), Type.Unknown()),
+        expires_at: Type.String({
+          description: 'Undecided then, the call counts as denied (APPROVAL_TIMEOUT_MS after the request)',
+        }),
+      }),
+    }),
+  },
   document_processed: {
     summary: "A document of the organization's knowledge base is searchable; organization webhooks only",
     payload: Type.Object({

@@ -10,6 +10,7 @@ export const WEBHOOK_EVENTS: readonly WebhookEventName[] = [
   'artifact_generation_failed',
   'chat_turn_completed',
   'chat_turn_failed',
+  'chat_approval_required',
 ];
 
 /** What an organization webhook may select: every event, the organization's own (documents) too. */
