@@ -22,6 +22,17 @@ describe('AsyncAPI document', () => {
       .map((m) => m.name());
     for (const event of ['content', 'tool_start', 'tool_result', 'done', 'error', 'chunk'])
       expect(names).toContain(event);
+    // Issue 18: the reply in `done` carries its citations, attachments and parsed value.
+    const done = document!
+      .allMessages()
+      .all()
+      .find((m) => m.name() === 'done')!;
+    const message = done.payload()!.properties()!.message.properties()!;
+    for (const field of ['citations', 'attachments', 'parsed']) expect(Object.keys(message)).toContain(field);
+    const citation = message.citations.items() as any;
+    expect(Object.keys(citation.properties())).toEqual(
+      expect.arrayContaining(['marker', 'document_id', 'document_name', 'chunk_id', 'quote']),
+    );
     for (const event of [
       'artifact_generated',
       'artifact_refined',

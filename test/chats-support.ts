@@ -214,6 +214,9 @@ export function expectMessageShape(
         }
       : {}),
     ...(fresh ? { timing: expect.any(Object) } : {}),
+    // Issue 18: every message carries its citations (`[]` without).
+    citations: expect.any(Array),
+    attachments: expect.any(Array),
   });
 }
 

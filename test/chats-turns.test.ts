@@ -210,6 +210,8 @@ describe('chat turns against a model server', () => {
       });
       const passages = [
         {
+          // Numbered for [n] citations (issue 18).
+          marker: 1,
           document_id: 7,
           document_name: 'Handbook.pdf',
           position: 0,

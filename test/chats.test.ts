@@ -44,6 +44,10 @@ describeAuthMatrix('v2', [
   { method: 'GET', url: '/api/v2/chats/1/messages' },
   { method: 'GET', url: '/api/v2/chats/1/stream' },
   { method: 'POST', url: '/api/v2/chats/1/cancel' },
+  { method: 'POST', url: '/api/v2/chats/1/messages/2/regenerate', body: {} },
+  { method: 'GET', url: '/api/v2/chats/1/messages/2/versions' },
+  { method: 'POST', url: '/api/v2/chats/1/fork', body: { message_id: 2 } },
+  { method: 'GET', url: '/api/v2/chats/1/attachments/2' },
 ]);
 
 const NO_PROVIDER = /built-in offline model.*No model provider is configured/s;
@@ -634,7 +638,9 @@ describe('the built-in model with knowledge', () => {
     });
     expectStatus(res, 201);
     const { chat, message } = res.body.response;
-    expect(message.content).toContain('From "Handbook.pdf": "Holidays are requested through the HR portal."');
+    expect(message.content).toContain(
+      'From "Handbook.pdf" [1]: "Holidays are requested through the HR portal."',
+    );
     expect(message.tool_executions).toEqual([
       {
         id: expect.any(Number),

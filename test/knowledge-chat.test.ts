@@ -48,6 +48,8 @@ describe('knowledge tool in chat turns', () => {
         result: {
           passages: [
             {
+              // Numbered for the reply's [n] citations (issue 18).
+              marker: 1,
               document_id: doc.id,
               document_name: 'collections.md',
               position: 0,
@@ -61,7 +63,17 @@ describe('knowledge tool in chat turns', () => {
         execution_time_ms: expect.any(Number),
       },
     ]);
-    expect(message.content).toContain('From "collections.md"');
+    expect(message.content).toContain('From "collections.md" [1]');
+    // The built-in model cites what it quotes.
+    expect(message.citations).toEqual([
+      {
+        marker: 1,
+        document_id: doc.id,
+        document_name: 'collections.md',
+        chunk_id: expect.any(Number),
+        quote: expect.stringContaining('The vermilion astrolabe is kept in cabinet seven'),
+      },
+    ]);
     expect(message.content).toContain(
       'The vermilion astrolabe is kept in cabinet seven of the east gallery.',
     );

@@ -13,6 +13,9 @@ import type {
   LanguageModelV3Usage,
 } from '@ai-sdk/provider';
 
+import { exampleOf } from './builtin-json.js';
+import { IMAGE_FORMAT_NAMES, imageInfo } from './image-info.js';
+
 export const BUILTIN_PROVIDER = 'builtin';
 export const BUILTIN_MODEL_ID = 'scriptorium-offline';
 export const KNOWLEDGE_SEARCH_TOOL = 'knowledge_search';
@@ -33,6 +36,8 @@ export interface KnowledgePassage {
   score: number;
   text: string;
   heading_path?: string[];
+  /** The passage's number in the turn, cited as `[n]` (src/turns/citations.ts). */
+  marker?: number;
 }
 
 /** What the built-in model decided to do for one call; exported so callers can test the decision alone. */
@@ -115,6 +120,57 @@ export class BuiltinLanguageModel implements LanguageModelV3 {
 
 /** Decides the reply from the prompt and the offered tools; pure and deterministic. */
 export function planBuiltinReply(
+  options: Pick<LanguageModelV3CallOptions, 'prompt' | 'tools' | 'toolChoice' | 'responseFormat'>,
+): BuiltinReply {
+  const reply = planPlainReply(options);
+  if (reply.kind !== 'text') return reply;
+  // Asked for JSON (response_format): the final answer is a value of the schema's shape.
+  const format = options.responseFormat;
+  if (format?.type === 'json')
+    return {
+      kind: 'text',
+      text: JSON.stringify(format.schema ? exampleOf(format.schema) : { answer: reply.text }),
+    };
+  // What came with the question (attachments): said first, as far as an offline model can tell.
+  const lastUser = options.prompt.findLast((message) => message.role === 'user');
+  const seen = lastUser ? describeAttachments(lastUser) : [];
+  if (seen.length === 0) return reply;
+  return { kind: 'text', text: ['You attached:', ...seen.map((s) => `- ${s}`), '', reply.text].join('\n') };
+}
+
+/** Each attachment of a user message in a line: an image's type and pixel size, a document's name and length. */
+export function describeAttachments(message: LanguageModelV3Message): string[] {
+  if (message.role !== 'user') return [];
+  const lines: string[] = [];
+  for (const part of message.content) {
+    if (part.type === 'file' && part.mediaType.startsWith('image/')) {
+      const bytes =
+        part.data instanceof Uint8Array
+          ? part.data
+          : typeof part.data === 'string'
+            ? Buffer.from(part.data, 'base64')
+            : null;
+      const info = bytes ? imageInfo(bytes) : null;
+      lines.push(
+        info && bytes
+          ? `an image: ${IMAGE_FORMAT_NAMES[info.mediaType]}, ${info.width}×${info.height} pixels (${bytes.byteLength} bytes)`
+          : `an image (${part.mediaType}) I cannot read`,
+      );
+    } else if (part.type === 'text' && isAttachmentPart(part)) {
+      const name = /name="([^"]*)"/.exec(part.text)?.[1] ?? 'a document';
+      const words = countWords(part.text.replace(/^<[^>]*>|<\/[^>]*>$/g, ''));
+      lines.push(`the document "${name}" (${words} words of its text reached me)`);
+    }
+  }
+  return lines;
+}
+
+function isAttachmentPart(part: { providerOptions?: Record<string, unknown> }): boolean {
+  const scriptorium = part.providerOptions?.scriptorium as { attachment?: unknown } | undefined;
+  return scriptorium?.attachment === true;
+}
+
+function planPlainReply(
   options: Pick<LanguageModelV3CallOptions, 'prompt' | 'tools' | 'toolChoice'>,
 ): BuiltinReply {
   const { prompt } = options;
@@ -204,7 +260,7 @@ function knowledgeAnswer(output: LanguageModelV3ToolResultOutput | unknown, quer
     .slice(0, MAX_QUOTED_PASSAGES)
     .map(
       ({ passage }) =>
-        `From "${passage.document_name}": "${shorten(singleLine(passage.text), MAX_PASSAGE_CHARS)}"`,
+        `From "${passage.document_name}"${passage.marker ? ` [${passage.marker}]` : ''}: "${shorten(singleLine(passage.text), MAX_PASSAGE_CHARS)}"`,
     );
   return [
     'These are the most relevant passages I found in the knowledge base:',
@@ -260,6 +316,7 @@ function toPassage(item: unknown): KnowledgePassage | null {
     text: item.text,
   };
   if (Array.isArray(item.heading_path)) passage.heading_path = item.heading_path.map(String);
+  if (typeof item.marker === 'number') passage.marker = item.marker;
   return passage;
 }
 
@@ -344,7 +401,7 @@ function messageText(message: LanguageModelV3Message, includeToolTraffic = false
   if (message.role === 'system') return message.content;
   const pieces: string[] = [];
   for (const part of message.content) {
-    if (part.type === 'text') pieces.push(part.text);
+    if (part.type === 'text' && !isAttachmentPart(part)) pieces.push(part.text);
     else if (includeToolTraffic && part.type === 'tool-call') pieces.push(JSON.stringify(part.input));
     else if (includeToolTraffic && part.type === 'tool-result') pieces.push(JSON.stringify(part.output));
   }

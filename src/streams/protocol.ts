@@ -23,7 +23,10 @@ export const ChatStreamEvents = {
       'First event of a message sent with `if_busy: "enqueue"` while a turn runs: it waits, `position` 1 being next (issue 17). The events of its own turn follow when it starts',
     payload: Type.Object({ message_id: Type.Integer(), position: Type.Integer({ minimum: 1 }) }),
   },
-  content: { summary: 'A chunk of assistant text', payload: Type.Object({ content: Type.String() }) },
+  content: {
+    summary: 'A chunk of assistant text; with `response_format`, the whole reply once validated (one event)',
+    payload: Type.Object({ content: Type.String() }),
+  },
   tool_start: {
     summary: 'A tool call begins',
     payload: Type.Object({
@@ -48,7 +51,8 @@ export const ChatStreamEvents = {
     }),
   },
   done: {
-    summary: 'The reply is complete; on POST /api/v2/chats also the chat',
+    summary:
+      'The reply is complete, with its `citations` (`[]` without) and, with `response_format`, `parsed`; on POST /api/v2/chats also the chat',
     payload: Type.Object({ message: MessageView, chat: Type.Optional(ChatView) }),
     final: true,
   },
@@ -68,7 +72,7 @@ export const ChatStreamEvents = {
 /** An artifact generation's or refinement's events (spec 6.2): `.../artifacts/stream` and `.../refine_stream`. */
 export const ArtifactStreamEvents = {
   chunk: {
-    summary: 'A chunk of artifact content',
+    summary: 'A chunk of artifact content; with `response_format`, the whole validated JSON (one event)',
     payload: Type.Object({ content: Type.String(), done: Type.Literal(false) }),
   },
   done: {

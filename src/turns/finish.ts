@@ -2,8 +2,10 @@ import { eq, sql } from 'drizzle-orm';
 import type { Queryable } from '../db/client.js';
 import { chatMessages, type MessageRow } from '../db/schema/index.js';
 import { chargeUsage, type Usage } from '../modules/credits/service.js';
+import type { MessageAnnotations } from './additions.js';
 import type { TurnFailure } from './failure.js';
 import { releaseTurnLease } from './lease.js';
+import { replaceReply } from './versions.js';
 import { recordTurnCompleted, recordTurnFailed } from './webhook-events.js';
 
 /**
@@ -25,6 +27,8 @@ export interface TurnOutcomeRecord {
   assistantMessageId: number;
   /** The reply as far as it got. */
   text: string;
+  /** Issue 18 fields of the reply (parsed, citations), when it completed. */
+  annotations?: MessageAnnotations;
   usage: Usage;
   /** The ledger row's fields besides the usage. */
   charge: Omit<Parameters<typeof chargeUsage>[1], 'usage'>;
@@ -51,6 +55,7 @@ export async function finishTurn(tx: Queryable, outcome: TurnOutcomeRecord): Pro
     .update(chatMessages)
     .set({
       content: outcome.text,
+      ...(end.kind === 'completed' ? outcome.annotations : {}),
       status,
       error: failed ? end.failure.message : null,
       inputTokens: usage.inputTokens,
@@ -62,11 +67,13 @@ export async function finishTurn(tx: Queryable, outcome: TurnOutcomeRecord): Pro
     })
     .where(eq(chatMessages.id, outcome.assistantMessageId))
     .returning();
-  if (failed)
+  // A regeneration that failed leaves the user message answered by the reply it was to replace.
+  if (failed && row?.regeneratesId == null)
     await tx
       .update(chatMessages)
       .set({ status, error: end.failure.message })
       .where(eq(chatMessages.id, outcome.userMessageId));
+  if (!failed && row?.regeneratesId != null) await replaceReply(tx, row.regeneratesId, row.id);
   const turn = {
     organizationId: outcome.charge.organizationId,
     projectId: outcome.projectId,

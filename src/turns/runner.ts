@@ -9,6 +9,7 @@ import { ApiError } from '../http/errors.js';
 import { DEFAULT_RETRY_POLICY, withBoundedRetries } from '../llm/bounded-retries.js';
 import { streamLean, type TurnModelStream, type TurnStreamPart } from '../llm/lean-client.js';
 import { collectTools, type ToolFamilies, type ToolScope } from '../llm/tools/registry.js';
+import { storeAttachments } from '../modules/chats/attachments.js';
 import { presentMessage } from '../modules/chats/presenter.js';
 import type { ChatView, MessageView } from '../modules/chats/schemas.js';
 import { conversationOf, messageView, titleFrom } from '../modules/chats/service.js';
@@ -20,6 +21,7 @@ import type { StreamHub } from '../streams/stream-hub.js';
 import type { TurnOutcomeLabel } from '../telemetry/metrics.js';
 import { genAiModel, type SpanHandle, traceModel, traceTools, withSpan } from '../telemetry/tracing.js';
 import { TurnTiming } from '../telemetry/turn-timing.js';
+import { TurnAdditions, type TurnAdditionsInput } from './additions.js';
 import { ApprovalGate, ApprovalWaits, withApprovals } from './approvals.js';
 import { turnStreamKey } from './events.js';
 import { describeFailure, TURN_INTERRUPTED_MESSAGE, TurnCancelled, TurnFailure } from './failure.js';
@@ -29,6 +31,7 @@ import type { TurnPlan } from './plan.js';
 import { buildSystemPrompt, expandSlashCommand, skillsOfAgent } from './system-prompt.js';
 import { asParameters, recordToolExecution } from './tool-executions.js';
 import { insertTurnRows } from './turn-start.js';
+import { insertRegenerationRows } from './versions.js';
 import { IdleWatchdog, pausingWatchdog } from './watchdog.js';
 
 export type { TurnPlan } from './plan.js';
@@ -76,6 +79,8 @@ export interface TurnOptions {
   announceChat?: ChatView;
   /** When the request arrived (`requestArrival`), so the turn's timing counts from it. */
   arrivedAt?: number;
+  /** Issue 18: structured output, regeneration, attachments (additions.ts). */
+  additions?: TurnAdditionsInput;
   /**
    * Runs in the transaction that takes the chat's lease, after it (src/turns/queue.ts marks its
    * queued message started there); throwing rolls the turn back.
@@ -199,7 +204,7 @@ export class TurnRunner {
       // Both messages, the lease pointing at them and the chat's title in one statement
       // (turn-start.ts); a refused lease (409) rolls the messages back with the transaction.
       db.transaction(async (tx) => {
-        const rows = await insertTurnRows(tx, {
+        const input = {
           organizationId: principal.organizationId,
           projectId: plan.project.id,
           chatId: plan.chat.id,
@@ -209,7 +214,19 @@ export class TurnRunner {
           model: plan.configuration.model,
           modelConfigurationId: plan.configuration.id,
           title: titleFrom(content),
-        });
+        };
+        // Issue 18: a regeneration adds only a reply (versions.ts); a message's attachments are
+        // stored with it (chats/attachments.ts).
+        const { regenerate, attachments } = options.additions ?? {};
+        const rows = regenerate
+          ? await insertRegenerationRows(tx, input, regenerate)
+          : await insertTurnRows(tx, input);
+        const target = {
+          organizationId: input.organizationId,
+          chatId: input.chatId,
+          messageId: rows.userMessageId,
+        };
+        if (!regenerate) await storeAttachments(tx, target, attachments);
         // A queued message's turn (queue.ts) is marked started in the lease's transaction: it runs once.
         await options.onLeased?.(tx, { turnId: rows.turnId, userMessageId: rows.userMessageId });
         return rows;
@@ -384,6 +401,8 @@ export class TurnRunner {
       });
     }
 
+    const additions = new TurnAdditions(options.additions ?? {});
+    let annotations = {};
     let text = '';
     let usedTools = false;
     const finishReasons: string[] = [];
@@ -398,6 +417,7 @@ export class TurnRunner {
             chatId: plan.chat.id,
             projectId: plan.project.id,
             text,
+            annotations,
             usage,
             charge: this.chargeOf(ctx, plan, ids.assistantMessageId),
             end,
@@ -428,7 +448,7 @@ export class TurnRunner {
       return { status: 'failed', error, timing };
     };
     try {
-      const stream = await this.startModel(ctx, plan, abort.signal, watchdog, timing, approvals);
+      const stream = await this.startModel(ctx, plan, abort.signal, watchdog, timing, approvals, additions);
       let failure: unknown = null;
       try {
         for await (const part of stream.fullStream) {
@@ -437,7 +457,7 @@ export class TurnRunner {
             if (!part.text) continue;
             timing.modelChunk();
             text += part.text;
-            content.push(part.text);
+            if (!additions.holdsText) content.push(part.text);
           } else if (part.type === 'tool-call') {
             timing.modelChunk();
             await publish({
@@ -483,6 +503,13 @@ export class TurnRunner {
         usage.inputTokens = total.inputTokens ?? usage.inputTokens;
         usage.outputTokens = total.outputTokens ?? usage.outputTokens;
       }
+      ({ text, annotations } = await additions.settle(text, usage, {
+        db,
+        organizationId: ctx.principal.organizationId,
+        repairModel: () => ctx.models.languageModel(plan.configuration),
+        signal: abort.signal,
+      }));
+      if (additions.holdsText && text) await publish({ name: 'content', data: { content: text } });
 
       const row = await finish({ kind: 'completed' });
       if (!row) return await endRecordedElsewhere();
@@ -546,6 +573,7 @@ export class TurnRunner {
     watchdog: IdleWatchdog,
     timing: TurnTiming,
     approvals: ApprovalGate | null,
+    additions: TurnAdditions,
   ): Promise<TurnModelStream> {
     const { database, families, settings } = this.deps;
     const db = database.db;
@@ -564,23 +592,23 @@ export class TurnRunner {
       plan.agent ? timing.db(skillsOfAgent(db, plan.agent.id)) : [],
       timing.db(conversationOf(db, plan.chat.id, settings.historyLimit)),
     ]);
-    const system = buildSystemPrompt({
-      project: plan.project,
-      agent: plan.agent,
-      skills,
-      toolNotes: toolSet.notes,
-    });
-    const messages: ModelMessage[] = history
-      .map((m) => ({ role: m.role, content: m.prompt ?? m.content }))
-      .filter((m) => m.content.length > 0);
     // The approval gate is outermost: a call waiting for a person is neither run time nor a tool span.
-    const tools = withApprovals(approvals, traceTools(pausingWatchdog(toolSet.tools, watchdog)));
-    // OpenAI Chat Completions providers take the lean client; others the AI SDK (docs/decisions.md).
-    const lean = ctx.models.leanModel(plan.configuration);
+    // The tools first: the system prompt asks for citations when knowledge_search is among them.
+    const tools = withApprovals(
+      approvals,
+      traceTools(pausingWatchdog(additions.tools(toolSet.tools), watchdog)),
+    );
+    const system = additions.system(
+      buildSystemPrompt({ project: plan.project, agent: plan.agent, skills, toolNotes: toolSet.notes }),
+    );
+    const messages: ModelMessage[] = await additions.modelMessages(db, history);
+    // OpenAI Chat Completions providers take the lean client; others the AI SDK (docs/decisions.md),
+    // and so do turns with a schema or attachments (the lean client sends text only).
+    const lean = additions.needsSdk(messages) ? null : ctx.models.leanModel(plan.configuration);
     const model = lean
       ? null
       : withBoundedRetries(
-          traceModel(ctx.models.languageModel(plan.configuration), provider, modelName),
+          traceModel(additions.model(ctx.models.languageModel(plan.configuration)), provider, modelName),
           retry,
         );
     watchdog.start();

@@ -9,6 +9,7 @@ import type {
   CreateChatBody,
   GenerateBody,
   Message,
+  MessageExtras,
   RefineBody,
 } from './types.js';
 
@@ -104,16 +105,66 @@ export function createScriptoriumClient(options: ScriptoriumClientOptions) {
       return { chat: data.response.chat, message: data.response.message };
     },
 
-    /** Sends a message and waits for the reply. */
-    async send(chatId: number, content: string, opts: SendOptions = {}): Promise<Message> {
+    /** Sends a message (with `attachments` and `response_format` in `extra`) and waits for the reply. */
+    async send(
+      chatId: number,
+      content: string,
+      opts: SendOptions & { extra?: MessageExtras } = {},
+    ): Promise<Message> {
       const data = unwrap(
         await api.POST('/api/v2/chats/{id}/messages', {
           params: { path: { id: chatId }, header: idempotency(opts.idempotencyKey) },
-          body: { content, stream: false, ...ifBusyOf(opts) },
+          body: { ...opts.extra, content, stream: false, ...ifBusyOf(opts) },
           signal: opts.signal,
         }),
       ) as Schemas['MessageCreatedResponse'];
       return data.response.message;
+    },
+
+    /** Answers the chat's last user message again; the new reply takes the last reply's place. */
+    async regenerate(chatId: number, messageId: number, opts: RequestOptions = {}): Promise<Message> {
+      const data = unwrap(
+        await api.POST('/api/v2/chats/{id}/messages/{message_id}/regenerate', {
+          params: { path: { id: chatId, message_id: messageId }, header: idempotency(opts.idempotencyKey) },
+          body: { stream: false },
+          signal: opts.signal,
+        }),
+      ) as Schemas['MessageCreatedResponse'];
+      return data.response.message;
+    },
+
+    /** The replies a regenerated reply replaced, oldest first. */
+    async versions(chatId: number, messageId: number): Promise<Message[]> {
+      return unwrap(
+        await api.GET('/api/v2/chats/{id}/messages/{message_id}/versions', {
+          params: { path: { id: chatId, message_id: messageId } },
+        }),
+      ).response.versions;
+    },
+
+    /** A new chat of the calling key with copies of the history up to `messageId`. */
+    async fork(chatId: number, messageId: number): Promise<Chat> {
+      return unwrap(
+        await api.POST('/api/v2/chats/{id}/fork', {
+          params: { path: { id: chatId } },
+          body: { message_id: messageId },
+        }),
+      ).response.chat;
+    },
+
+    /** An image attachment's bytes and media type. */
+    async attachment(
+      chatId: number,
+      attachmentId: number,
+    ): Promise<{ mediaType: string; bytes: Uint8Array }> {
+      const response = await doFetch(`${baseUrl}/api/v2/chats/${chatId}/attachments/${attachmentId}`, {
+        headers: { authorization: `Bearer ${options.apiKey}` },
+      });
+      if (!response.ok) throw await ScriptoriumError.fromResponse(response);
+      return {
+        mediaType: response.headers.get('content-type') ?? 'application/octet-stream',
+        bytes: new Uint8Array(await response.arrayBuffer()),
+      };
     },
 
     async get(chatId: number, opts: RequestOptions = {}): Promise<Chat> {

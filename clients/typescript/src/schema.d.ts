@@ -176,6 +176,86 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v2/chats/{id}/messages/{message_id}/regenerate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Regenerate the chat's last reply
+         * @description Runs a new turn for the user message the reply answered; the new reply takes the old one's place in history once it completes (the old one is listed by GET .../versions). Only the chat's last assistant message: 409 otherwise. A failed regeneration leaves the old reply in place. With `stream: true` the answer is HTTP 200 `text/event-stream` with the events `queued`, `content`, `tool_start`, `approval_required`, `tool_result`, `done` and `error` (spec 6.1), each with an `id:` line (its sequence number in the turn). A repeat with the same `Idempotency-Key` and body reattaches to the same stream from its start.
+         */
+        post: operations["regenerateMessage"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v2/chats/{id}/messages/{message_id}/versions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the replies a regenerated reply replaced
+         * @description The earlier versions of an assistant message, oldest first: the replies regeneration replaced. For a replaced reply, the other replaced versions of the same place. 404 for a message that is not an assistant message of the chat.
+         */
+        get: operations["listMessageVersions"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v2/chats/{id}/fork": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Fork a chat at a message
+         * @description A new chat owned by the calling key, with the same project, agent and model, holding copies of the history up to and including `message_id` (tool executions, citations and attachments included). Editing a message is a fork at the message before it, followed by a send. 404 when the message is not in the chat's history.
+         */
+        post: operations["forkChat"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v2/chats/{id}/attachments/{attachment_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * An image attachment's bytes
+         * @description The image as it was sent (its media type), to the key that owns the chat. A document attachment has no bytes here (404): read the document through the documents API.
+         */
+        get: operations["getChatAttachment"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/artifact_types/{artifact_type_slug}/artifacts": {
         parameters: {
             query?: never;
@@ -2074,6 +2154,23 @@ export interface components {
             name: string;
             value: string;
         };
+        /**
+         * ResponseFormat
+         * @description The reply must be JSON following this JSON Schema: its content is the JSON text and `parsed` the value. Validated (one repair attempt); a reply that still does not match fails with 500 `invalid_structured_output`.
+         */
+        ResponseFormat: {
+            /** @enum {string} */
+            type: "json_schema";
+            json_schema: {
+                /** @description A name for the schema (letters, digits, `_` and `-`) */
+                name: string;
+                description?: string;
+                /** @description A JSON Schema (draft 2020-12) the reply must follow */
+                schema: {
+                    [key: string]: unknown;
+                };
+            };
+        };
         /** GenerateBody */
         GenerateBody: {
             /** @description The skill to run; it must belong to the artifact type */
@@ -2091,6 +2188,7 @@ export interface components {
             model_configuration_id?: number;
             /** @description Non-streaming endpoint only: run in the background */
             fire_and_forget?: boolean;
+            response_format?: components["schemas"]["ResponseFormat"];
         };
         /** AsyncAcceptedResponse */
         AsyncAcceptedResponse: {
@@ -2140,6 +2238,8 @@ export interface components {
             created_at: string;
             /** @description UTC, microsecond precision: YYYY-MM-DDTHH:MM:SS.ffffffZ */
             updated_at: string;
+            /** @description Generated with `response_format`: the JSON value the content holds (dropped once the content is refined or edited) */
+            parsed?: unknown;
         };
         /** ArtifactWithUrlResponse */
         ArtifactWithUrlResponse: {
@@ -2167,6 +2267,7 @@ export interface components {
             name?: string;
             /** @description Overrides the organization's default model */
             model_configuration_id?: number;
+            response_format?: components["schemas"]["ResponseFormat"];
         };
         /** RefineBody */
         RefineBody: {
@@ -2354,6 +2455,20 @@ export interface components {
                 [key: string]: unknown;
             };
         };
+        /** DocumentAttachmentInput */
+        DocumentAttachmentInput: {
+            /** @enum {string} */
+            type: "document";
+            /** @description A processed knowledge-base document visible to the chat's project */
+            document_id: number;
+        };
+        /** ImageAttachmentInput */
+        ImageAttachmentInput: {
+            /** @enum {string} */
+            type: "image";
+            /** @description `data:image/png|jpeg|webp|gif;base64,...`, at most 5 MB decoded */
+            data_url: string;
+        };
         /** CreateChatBody */
         CreateChatBody: {
             /** @description Sets knowledge scope and credits used */
@@ -2368,6 +2483,9 @@ export interface components {
              * @default false
              */
             stream: boolean;
+            response_format?: components["schemas"]["ResponseFormat"];
+            /** @description Sent with the message (at most 10): a document's extracted text reaches the model (within a token budget, the cut marked); an image is stored once and sent as an image part */
+            attachments?: (components["schemas"]["DocumentAttachmentInput"] | components["schemas"]["ImageAttachmentInput"])[];
         };
         /** ToolExecution */
         ToolExecution: {
@@ -2407,6 +2525,27 @@ export interface components {
             output_tokens: number;
             credits: number;
         };
+        /** Citation */
+        Citation: {
+            /** @description The `[n]` marker in the content */
+            marker: number;
+            document_id: number;
+            document_name: string;
+            chunk_id: number | null;
+            /** @description The passage's text (at most 500 characters) */
+            quote: string;
+        };
+        /** Attachment */
+        Attachment: {
+            /** @description For GET /chats/:id/attachments/:attachment_id (images) */
+            id: number;
+            type: "document" | "image";
+            document_id?: number | null;
+            /** @description Documents: the document's name */
+            name?: string;
+            media_type: string;
+            size_bytes: number;
+        };
         /** Message */
         Message: {
             id: number;
@@ -2436,6 +2575,12 @@ export interface components {
              * @enum {boolean}
              */
             cancelled?: true;
+            /** @description Assistant messages: the passages of `knowledge_search` the reply cites with `[n]` markers, in order of first appearance; `[]` when none */
+            citations: components["schemas"]["Citation"][];
+            /** @description User messages: what was sent with the message (image bytes never; see GET .../attachments/:id); `[]` when none */
+            attachments: components["schemas"]["Attachment"][];
+            /** @description A reply to a request with `response_format`: the JSON value its content holds */
+            parsed?: unknown;
         };
         /** ChatCreated */
         ChatCreated: {
@@ -2480,6 +2625,9 @@ export interface components {
             stream: boolean;
             /** @description Default `reject`. What to do when a turn of the chat is running: `reject` answers 409 (with `response.running_turn`); `enqueue` stores the message and runs it when the chat is free, in arrival order (at most 10 waiting, else 409 `queue_full`); `interrupt` cancels the running turn (its partial reply kept, as POST /cancel does) and runs this message next. A free chat runs the message at once whatever the policy. */
             if_busy?: "reject" | "enqueue" | "interrupt";
+            response_format?: components["schemas"]["ResponseFormat"];
+            /** @description Sent with the message (at most 10): a document's extracted text reaches the model (within a token budget, the cut marked); an image is stored once and sent as an image part */
+            attachments?: (components["schemas"]["DocumentAttachmentInput"] | components["schemas"]["ImageAttachmentInput"])[];
         };
         /** MessageCreated */
         MessageCreated: {
@@ -2543,6 +2691,30 @@ export interface components {
             /** @enum {string} */
             status: "ok";
             response: components["schemas"]["ChatQueue"];
+        };
+        /** RegenerateBody */
+        RegenerateBody: {
+            /**
+             * @description Answer as text/event-stream
+             * @default false
+             */
+            stream: boolean;
+        };
+        /** MessageVersions */
+        MessageVersions: {
+            /** @description The replies this one replaced, oldest first ([] when it was never regenerated) */
+            versions: components["schemas"]["Message"][];
+        };
+        /** MessageVersionsResponse */
+        MessageVersionsResponse: {
+            /** @enum {string} */
+            status: "ok";
+            response: components["schemas"]["MessageVersions"];
+        };
+        /** ForkBody */
+        ForkBody: {
+            /** @description The last message copied: the new chat's history ends with it */
+            message_id: number;
         };
     };
     responses: {
@@ -3134,6 +3306,150 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            400: components["responses"]["V2BadRequest"];
+            401: components["responses"]["V2Unauthorized"];
+            402: components["responses"]["V2PaymentRequired"];
+            403: components["responses"]["V2Forbidden"];
+            404: components["responses"]["V2NotFound"];
+            409: components["responses"]["V2Conflict"];
+            429: components["responses"]["V2TooManyRequests"];
+            500: components["responses"]["V2InternalError"];
+            504: components["responses"]["V2GatewayTimeout"];
+        };
+    };
+    regenerateMessage: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the POST safe to retry for 24 hours: a repeat with the same body gets the first answer (a streamed one reattaches to the same stream); a different body is 422, a repeat while the first runs is 409. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                id: number;
+                message_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RegenerateBody"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MessageCreatedResponse"];
+                };
+            };
+            400: components["responses"]["V2BadRequest"];
+            401: components["responses"]["V2Unauthorized"];
+            402: components["responses"]["V2PaymentRequired"];
+            403: components["responses"]["V2Forbidden"];
+            404: components["responses"]["V2NotFound"];
+            409: components["responses"]["V2Conflict"];
+            429: components["responses"]["V2TooManyRequests"];
+            500: components["responses"]["V2InternalError"];
+            504: components["responses"]["V2GatewayTimeout"];
+        };
+    };
+    listMessageVersions: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: number;
+                message_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MessageVersionsResponse"];
+                };
+            };
+            400: components["responses"]["V2BadRequest"];
+            401: components["responses"]["V2Unauthorized"];
+            402: components["responses"]["V2PaymentRequired"];
+            403: components["responses"]["V2Forbidden"];
+            404: components["responses"]["V2NotFound"];
+            409: components["responses"]["V2Conflict"];
+            429: components["responses"]["V2TooManyRequests"];
+            500: components["responses"]["V2InternalError"];
+            504: components["responses"]["V2GatewayTimeout"];
+        };
+    };
+    forkChat: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the POST safe to retry for 24 hours: a repeat with the same body gets the first answer (a streamed one reattaches to the same stream); a different body is 422, a repeat while the first runs is 409. */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ForkBody"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ChatCreatedResponse"];
+                };
+            };
+            400: components["responses"]["V2BadRequest"];
+            401: components["responses"]["V2Unauthorized"];
+            402: components["responses"]["V2PaymentRequired"];
+            403: components["responses"]["V2Forbidden"];
+            404: components["responses"]["V2NotFound"];
+            409: components["responses"]["V2Conflict"];
+            429: components["responses"]["V2TooManyRequests"];
+            500: components["responses"]["V2InternalError"];
+            504: components["responses"]["V2GatewayTimeout"];
+        };
+    };
+    getChatAttachment: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: number;
+                attachment_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The image */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "image/png": string;
+                    "image/jpeg": string;
+                    "image/webp": string;
+                    "image/gif": string;
+                };
             };
             400: components["responses"]["V2BadRequest"];
             401: components["responses"]["V2Unauthorized"];

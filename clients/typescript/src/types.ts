@@ -11,6 +11,10 @@ export type Artifact = Schemas['Artifact'];
 export type Project = Schemas['Project'];
 export type Document = Schemas['Document'];
 export type CreateChatBody = Omit<Schemas['CreateChatBody'], 'stream'>;
+/** Optional parts of a message (issue 18): attachments and a JSON Schema for the reply. */
+export type MessageExtras = Pick<Schemas['SendMessageBody'], 'attachments' | 'response_format'>;
+export type Citation = Schemas['Citation'];
+export type Attachment = Schemas['Attachment'];
 export type GenerateBody = Schemas['StreamGenerateBody'];
 export type RefineBody = Schemas['StreamRefineBody'];
 

@@ -152,6 +152,35 @@ describe('the TypeScript client', () => {
     expect(list.chats.map((c) => c.id)).toEqual([chat.id]);
   });
 
+  it('sends attachments and response_format, regenerates, lists versions, forks and reads an image', async () => {
+    const org = await orgWithModel();
+    const client = clientFor(org);
+    const png =
+      'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==';
+    model.enqueue({ text: '{"answer":"one"}' }, { text: 'again' });
+    const { chat } = await client.chats.create({ project_id: org.projectId });
+    const reply = await client.chats.send(chat.id, 'Look', {
+      extra: {
+        attachments: [{ type: 'image', data_url: `data:image/png;base64,${png}` }],
+        response_format: {
+          type: 'json_schema',
+          json_schema: { name: 'a', schema: { type: 'object', required: ['answer'] } },
+        },
+      },
+    });
+    expect(reply.parsed).toEqual({ answer: 'one' });
+    const regenerated = await client.chats.regenerate(chat.id, reply.id);
+    expect(regenerated.content).toBe('again');
+    expect((await client.chats.versions(chat.id, regenerated.id)).map((m) => m.id)).toEqual([reply.id]);
+    const { messages } = await client.chats.messages(chat.id);
+    const fork = await client.chats.fork(chat.id, messages[0].id);
+    const [copied] = (await client.chats.messages(fork.id)).messages;
+    const image = await client.chats.attachment(fork.id, copied.attachments[0].id);
+    expect(image.mediaType).toBe('image/png');
+    expect(Buffer.from(image.bytes).equals(Buffer.from(png, 'base64'))).toBe(true);
+    await expect(client.chats.regenerate(chat.id, messages[0].id)).rejects.toMatchObject({ status: 409 });
+  });
+
   it('streams a turn as typed events and reattaches through GET /stream after a dropped connection', async () => {
     const org = await orgWithModel();
     const client = clientFor(org);

@@ -47,6 +47,8 @@ export const artifacts = pgTable(
     /** 192 random bits, base64url: the only secret guarding the public share page. */
     shareToken: text('share_token').notNull().unique(),
     chatHistory: jsonb('chat_history').$type<ChatHistoryEntry[]>().notNull().default([]),
+    /** Generated with `response_format`: the content's JSON value. */
+    parsed: jsonb('parsed').$type<unknown>(),
     /** Totals over the generation and every refinement. */
     inputTokens: integer('input_tokens').notNull().default(0),
     outputTokens: integer('output_tokens').notNull().default(0),

@@ -2,6 +2,7 @@ import { sql } from 'drizzle-orm';
 import { index, integer, jsonb, numeric, pgTable, text, uniqueIndex } from 'drizzle-orm/pg-core';
 import { id, timestamps, tstz } from './columns.js';
 import { apiKeys, modelConfigurations, organizations, projects, users } from './core.js';
+import { bytea, documents } from './documents.js';
 import { agents } from './management.js';
 
 /**
@@ -40,6 +41,14 @@ export const chats = pgTable(
 );
 export type ChatRow = typeof chats.$inferSelect;
 
+export interface MessageCitation {
+  marker: number;
+  document_id: number;
+  document_name: string;
+  chunk_id: number | null;
+  quote: string;
+}
+
 export type ChatMessageStatus = 'generating' | 'completed' | 'failed' | 'cancelled';
 
 /**
@@ -73,6 +82,14 @@ export const chatMessages = pgTable(
     credits: numeric('credits', { precision: 20, scale: 6, mode: 'number' }).notNull().default(0),
     completedAt: tstz('completed_at'),
     createdAt: timestamps.createdAt,
+    /** With `response_format`: the reply's JSON value (its content is the JSON text). */
+    parsed: jsonb('parsed').$type<unknown>(),
+    /** Assistant messages: the `[n]` markers of the reply and the passages they cite (issue 18). */
+    citations: jsonb('citations').$type<MessageCitation[]>().notNull().default([]),
+    /** A regenerated reply: the reply it replaces once it completes. */
+    regeneratesId: integer('regenerates_id'),
+    /** A reply replaced by regeneration: the reply now in its place (every older version points at it). */
+    replacedById: integer('replaced_by_id'),
   },
   (t) => [index('chat_messages_chat_idx').on(t.chatId, t.id)],
 );
@@ -142,3 +159,40 @@ export const chatTurns = pgTable(
   ],
 );
 export type ChatTurnRow = typeof chatTurns.$inferSelect;
+
+export type ChatAttachmentType = 'document' | 'image';
+
+/**
+ * What a user message was sent with (issue 18): a knowledge-base document (its text goes to the
+ * model), or an image stored here once (sent to the model as an image part, served back only by
+ * GET /chats/:id/attachments/:id).
+ */
+export const chatAttachments = pgTable(
+  'chat_attachments',
+  {
+    id: id(),
+    organizationId: integer('organization_id')
+      .notNull()
+      .references(() => organizations.id),
+    chatId: integer('chat_id')
+      .notNull()
+      .references(() => chats.id),
+    messageId: integer('message_id')
+      .notNull()
+      .references(() => chatMessages.id),
+    /** Order within the message. */
+    position: integer('position').notNull(),
+    type: text('type', { enum: ['document', 'image'] })
+      .$type<ChatAttachmentType>()
+      .notNull(),
+    documentId: integer('document_id').references(() => documents.id, { onDelete: 'set null' }),
+    name: text('name'),
+    mediaType: text('media_type').notNull(),
+    sizeBytes: integer('size_bytes').notNull(),
+    /** Images only: the decoded bytes. */
+    data: bytea('data'),
+    createdAt: timestamps.createdAt,
+  },
+  (t) => [index('chat_attachments_message_idx').on(t.messageId, t.position)],
+);
+export type ChatAttachmentRow = typeof chatAttachments.$inferSelect;

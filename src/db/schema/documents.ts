@@ -3,7 +3,7 @@ import { customType, index, integer, jsonb, pgTable, primaryKey, text } from 'dr
 import { id, timestamps } from './columns.js';
 import { apiKeys, groups, organizations, users } from './core.js';
 
-const bytea = customType<{ data: Buffer; driverData: Buffer | Uint8Array }>({
+export const bytea = customType<{ data: Buffer; driverData: Buffer | Uint8Array }>({
   dataType: () => 'bytea',
   fromDriver: (value) => (Buffer.isBuffer(value) ? value : Buffer.from(value)),
 });

@@ -15,8 +15,15 @@ import { ApiError, unprocessable } from '../../http/errors.js';
 import { recordEvent } from '../../jobs/outbox.js';
 import { collectTools, type ToolFamilies } from '../../llm/tools/registry.js';
 import { genAiModel, traceModel, traceTools, withSpan } from '../../telemetry/tracing.js';
+import {
+  compileResponseFormat,
+  type ResponseFormat,
+  type StructuredOutput,
+  settleStructuredOutput,
+  structuredOutputInstruction,
+  withStructuredOutput,
+} from '../../turns/structured-output.js';
 import { chargeUsage, costOf, ensureCredits, type Usage } from '../credits/service.js';
-
 import { type ResolvedModel, resolveModel } from '../model-configurations/resolve.js';
 import {
   type ArtifactRecord,
@@ -50,6 +57,8 @@ export interface GenerateArtifactInput {
   chatId?: number | null;
   /** The request's `api_async_create_event_id`; a fresh UUID when not given. */
   asyncEventId?: string;
+  /** `response_format` (issue 18): the content must be JSON following the schema. */
+  responseFormat?: ResponseFormat;
 }
 
 export interface RefineArtifactInput {
@@ -95,6 +104,7 @@ export interface PreparedGeneration {
   skill: SkillRow;
   prompt: string;
   resolved: ResolvedModel;
+  structured?: StructuredOutput;
 }
 
 export interface PreparedRefinement {
@@ -122,9 +132,10 @@ export async function prepareGeneration(
   if (prompt.trim() === '') {
     throw unprocessable('The skill has no content to send to the model', { skill_id: ['has no content'] });
   }
+  const structured = compileResponseFormat(input.responseFormat);
   const resolved = await resolveModel(ctx, input.modelConfigurationId);
   await ensureCredits(ctx.db, ctx.principal.organizationId);
-  return { input, artifactType, project, skill, prompt, resolved };
+  return { input, artifactType, project, skill, prompt, resolved, structured };
 }
 
 export async function generateArtifact(
@@ -141,7 +152,7 @@ export async function runGeneration(
   prepared: PreparedGeneration,
   options: RunOptions,
 ): Promise<ArtifactResult> {
-  const { input, artifactType, project, skill, prompt, resolved } = prepared;
+  const { input, artifactType, project, skill, prompt, resolved, structured } = prepared;
   const toolSet = await collectTools(options.families, [...GENERATION_TOOLS], {
     ctx,
     projectId: project.id,
@@ -149,18 +160,21 @@ export async function runGeneration(
     agentId: null,
     signal: options.signal,
   });
-  const run = await traceArtifactRun('generation', resolved, artifactType.slug, (model) =>
-    runModel({
-      model,
-      system: systemPrompt({ artifactType, project, toolNotes: toolSet.notes }),
+  const run = await traceArtifactRun('generation', resolved, artifactType.slug, async (model) => {
+    const system = systemPrompt({ artifactType, project, toolNotes: toolSet.notes });
+    const result = await runModel({
+      model: structured ? withStructuredOutput(model, structured) : model,
+      system: structured ? `${system}\n\n${structuredOutputInstruction(structured)}` : system,
       messages: [{ role: 'user', content: prompt }],
       tools: traceTools(toolSet.tools),
       deadlineMs: options.deadlineMs,
       idleMs: ctx.config.modelIdleTimeoutMs,
-      onChunk: options.onChunk,
+      // A structured reply is sent as one chunk once valid.
+      onChunk: structured ? undefined : options.onChunk,
       signal: options.signal,
-    }),
-  );
+    });
+    return structured ? settleArtifactOutput(structured, result, model, options) : result;
+  });
   const history: ChatHistoryEntry[] = [
     { role: 'user', content: prompt },
     ...run.toolEntries,
@@ -184,6 +198,7 @@ export async function runGeneration(
         userId: ctx.principal.userId,
         name,
         content: run.text,
+        parsed: run.parsed,
         shareToken: newShareToken(),
         chatHistory: history,
         inputTokens: run.usage.inputTokens,
@@ -289,6 +304,7 @@ export async function runRefinement(
       .update(artifacts)
       .set({
         content: run.text,
+        parsed: null,
         // Appended in SQL so two refinements finishing together both keep their exchange.
         chatHistory: sql`${artifacts.chatHistory} || ${JSON.stringify(exchange)}::jsonb`,
         inputTokens: sql`${artifacts.inputTokens} + ${run.usage.inputTokens}`,
@@ -350,6 +366,26 @@ async function charge(
     prices: resolved.prices,
     reference: `artifact:${artifactId}`,
   });
+}
+
+/** A structured generation's text validated (one repair), then sent to a stream as one chunk. */
+async function settleArtifactOutput(
+  structured: StructuredOutput,
+  result: ModelRunResult,
+  model: ResolvedModel['model'],
+  options: RunOptions,
+): Promise<ModelRunResult> {
+  const settled = await settleStructuredOutput(structured, result.text, { model, signal: options.signal });
+  options.onChunk?.(settled.text);
+  return {
+    ...result,
+    text: settled.text,
+    parsed: settled.parsed,
+    usage: {
+      inputTokens: result.usage.inputTokens + settled.usage.inputTokens,
+      outputTokens: result.usage.outputTokens + settled.usage.outputTokens,
+    },
+  };
 }
 
 /** Spec 6.3: `chat_id` appears only when the artifact came from a chat. */

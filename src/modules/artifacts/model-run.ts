@@ -29,6 +29,8 @@ export interface ModelRunResult {
   /** Tool calls made while writing, in order, for the artifact's chat_history. */
   toolEntries: ChatHistoryEntry[];
   usage: Usage;
+  /** A structured generation's JSON value (settled after the run). */
+  parsed?: unknown;
 }
 
 /**

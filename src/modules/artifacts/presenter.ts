@@ -35,4 +35,5 @@ export const presentArtifact = (config: Pick<Config, 'publicBaseUrl'>, row: Arti
   }),
   created_at: formatTimestamp(row.createdAt),
   updated_at: formatTimestamp(row.updatedAt),
+  ...(row.parsed === null || row.parsed === undefined ? {} : { parsed: row.parsed }),
 });

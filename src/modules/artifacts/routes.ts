@@ -77,6 +77,7 @@ function generateInput(
     inputs: body.inputs,
     name: body.name ?? null,
     modelConfigurationId: body.model_configuration_id ?? null,
+    ...(body.response_format ? { responseFormat: body.response_format } : {}),
   };
 }
 

@@ -1,5 +1,6 @@
 import { type Static, Type } from '@sinclair/typebox';
 import { Id, Nullable, Timestamp } from '../../http/schemas.js';
+import { ResponseFormat } from '../../turns/structured-output.js';
 
 export const ArtifactTypeParams = Type.Object({
   artifact_type_slug: Type.String({ minLength: 1, maxLength: 200, description: 'Slug of the artifact type' }),
@@ -47,6 +48,7 @@ export const GenerateBody = Type.Object(
     fire_and_forget: Type.Optional(
       Type.Boolean({ description: 'Non-streaming endpoint only: run in the background' }),
     ),
+    response_format: Type.Optional(ResponseFormat),
   },
   { title: 'GenerateBody' },
 );
@@ -123,6 +125,12 @@ export const Artifact = Type.Object(
     usage: usageSchema('Totals over the generation and every refinement'),
     created_at: Timestamp,
     updated_at: Timestamp,
+    parsed: Type.Optional(
+      Type.Unknown({
+        description:
+          'Generated with `response_format`: the JSON value the content holds (dropped once the content is refined or edited)',
+      }),
+    ),
   },
   { title: 'Artifact' },
 );

@@ -34,7 +34,7 @@ export async function updateArtifact(
     ...(input.name !== undefined ? { name: input.name.trim() } : {}),
     ...(input.content !== undefined ? { content: input.content } : {}),
     ...(input.notes !== undefined ? { notes: input.notes } : {}),
-    ...(contentChanged ? { manuallyEdited: true } : {}),
+    ...(contentChanged ? { manuallyEdited: true, parsed: null } : {}),
   };
   if (Object.keys(changes).length > 0) {
     await ctx.db.transaction(async (tx) => {

@@ -1,11 +1,14 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { contextOf } from '../../http/context.js';
+import { badRequest } from '../../http/errors.js';
 import { PageQuery, pagination } from '../../http/pagination.js';
 import { IdParams, ok, V2Error, v2Responses } from '../../http/schemas.js';
 import { requestArrival } from '../../telemetry/turn-timing.js';
+import { compileResponseFormat } from '../../turns/structured-output.js';
 import { watchPauses } from '../../turns/turn-stops.js';
 import { turnStops } from './approvals-routes.js';
+import { ATTACHMENT_BODY_LIMIT, prepareAttachments } from './attachments.js';
 import { sendWhenBusy } from './busy-http.js';
 import { BusyChatError, MessageCreated, MessageList, SendMessageBody } from './schemas.js';
 import { listMessages, prepareTurn } from './service.js';
@@ -23,6 +26,8 @@ export async function messageRoutes(parent: FastifyInstance): Promise<void> {
   app.post(
     '/chats/:id/messages',
     {
+      // Images come inline (up to ten of 5 MB each, in base64).
+      bodyLimit: ATTACHMENT_BODY_LIMIT,
       schema: {
         operationId: 'sendMessage',
         tags,
@@ -37,6 +42,7 @@ export async function messageRoutes(parent: FastifyInstance): Promise<void> {
       const arrivedAt = requestArrival(reply);
       const { content, stream, if_busy: ifBusy = 'reject' } = request.body;
       requireContent(content);
+      const structured = compileResponseFormat(request.body.response_format);
       const ctx = contextOf(request);
       if (request.idempotencyStream) {
         await reattachStream(
@@ -50,15 +56,28 @@ export async function messageRoutes(parent: FastifyInstance): Promise<void> {
       }
       const plan = await prepareTurn(ctx, request.params.id);
       if (ifBusy !== 'reject') {
+        // The chat queue stores a message's text only (docs/decisions.md, issue 18).
+        if (request.body.attachments !== undefined || structured !== undefined)
+          throw badRequest('attachments and response_format need if_busy "reject" (they are not queued)', {
+            if_busy: ['must be "reject" with attachments or response_format'],
+          });
         const send = { ctx, plan, content, stream: stream === true, policy: ifBusy, arrivedAt };
         const message = await sendWhenBusy(request, reply, deps, send);
         return message ? { status: 'ok' as const, response: { message } } : reply;
       }
+      const attachments = await prepareAttachments(ctx, plan.project.id, request.body.attachments);
+      const additions = { structured, attachments };
       if (stream) {
-        await streamTurn(request, reply, deps, () => deps.turns.begin(ctx, plan, content, { arrivedAt }), {});
+        await streamTurn(
+          request,
+          reply,
+          deps,
+          () => deps.turns.begin(ctx, plan, content, { arrivedAt, additions }),
+          {},
+        );
         return reply;
       }
-      const turn = await deps.turns.begin(ctx, plan, content, { arrivedAt });
+      const turn = await deps.turns.begin(ctx, plan, content, { arrivedAt, additions });
       const message = await awaitTurn(
         reply,
         turn,

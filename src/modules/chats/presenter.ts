@@ -1,5 +1,6 @@
-import type { ChatRow, MessageRow, ToolExecutionRow } from '../../db/schema/index.js';
+import type { ChatAttachmentRow, ChatRow, MessageRow, ToolExecutionRow } from '../../db/schema/index.js';
 import { formatTimestamp } from '../../http/timestamps.js';
+import { presentAttachment } from './attachments.js';
 import type { ChatView, MessageView, ToolExecutionView } from './schemas.js';
 
 export const NEW_CHAT_TITLE = 'New chat';
@@ -39,7 +40,11 @@ function messageStatus(row: MessageRow): MessageView['status'] {
  * step, and the credits charged for them, as in the ledger) and `cancelled: true` on a reply a
  * cancel request stopped.
  */
-export const presentMessage = (row: MessageRow, executions: ToolExecutionRow[] = []): MessageView => ({
+export const presentMessage = (
+  row: MessageRow,
+  executions: ToolExecutionRow[] = [],
+  attachments: Omit<ChatAttachmentRow, 'data'>[] = [],
+): MessageView => ({
   id: row.id,
   role: row.role,
   content: row.content,
@@ -57,4 +62,7 @@ export const presentMessage = (row: MessageRow, executions: ToolExecutionRow[] =
       }
     : {}),
   ...(messageStatus(row) === 'cancelled' ? { cancelled: true as const } : {}),
+  citations: row.citations,
+  attachments: attachments.map(presentAttachment),
+  ...(row.parsed === null || row.parsed === undefined ? {} : { parsed: row.parsed }),
 });

@@ -1,15 +1,20 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
 import { contextOf } from '../../http/context.js';
+import { badRequest } from '../../http/errors.js';
 import { pagination } from '../../http/pagination.js';
 import { IdParams, ok, v2Responses } from '../../http/schemas.js';
 import { requestArrival } from '../../telemetry/turn-timing.js';
 import { chatOfStream } from '../../turns/reattach.js';
+import { compileResponseFormat } from '../../turns/structured-output.js';
 import { watchPauses } from '../../turns/turn-stops.js';
 import { approvalRoutes, turnStops } from './approvals-routes.js';
+import { attachmentRoutes } from './attachment-routes.js';
+import { ATTACHMENT_BODY_LIMIT, prepareAttachments } from './attachments.js';
 import { messageRoutes } from './messages-routes.js';
 import { presentChat } from './presenter.js';
 import { queueRoutes } from './queue-routes.js';
+import { regenerateRoutes } from './regenerate.js';
 import { ChatCreated, ChatList, ChatListQuery, ChatRead, CreateChatBody } from './schemas.js';
 import { archiveChat, createChat, findChat, listChats, messageCount } from './service.js';
 import { streamRoutes } from './stream-routes.js';
@@ -26,6 +31,8 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
   app.post(
     '/chats',
     {
+      // Images come inline (up to ten of 5 MB each, in base64).
+      bodyLimit: ATTACHMENT_BODY_LIMIT,
       schema: {
         operationId: 'createChat',
         tags,
@@ -39,6 +46,15 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const arrivedAt = requestArrival(reply);
       const { body } = request;
       if (body.content !== undefined) requireContent(body.content);
+      if (body.response_format !== undefined && body.content === undefined)
+        throw badRequest('response_format applies to a reply: send it with content', {
+          response_format: ['needs content'],
+        });
+      if (body.attachments !== undefined && body.content === undefined)
+        throw badRequest('attachments are sent with a message: send them with content', {
+          attachments: ['needs content'],
+        });
+      const structured = compileResponseFormat(body.response_format);
       const ctx = contextOf(request);
       const repeated = request.idempotencyStream;
       if (repeated) {
@@ -52,6 +68,9 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
         );
         return reply;
       }
+      // Checked before the chat exists, so a refused attachment creates nothing.
+      const attachments = await prepareAttachments(ctx, body.project_id, body.attachments);
+      const additions = { structured, attachments };
       const { chat, plan } = await createChat(ctx, body);
       const view = presentChat(chat);
       if (body.content === undefined) {
@@ -64,13 +83,13 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
           request,
           reply,
           deps,
-          () => deps.turns.begin(ctx, plan, content, { announceChat: view, arrivedAt }),
+          () => deps.turns.begin(ctx, plan, content, { announceChat: view, arrivedAt, additions }),
           { announceChat: view },
         );
         return reply;
       }
       const extra = { chat_id: chat.id };
-      const turn = await deps.turns.begin(ctx, plan, content, { arrivedAt }).catch((err) => {
+      const turn = await deps.turns.begin(ctx, plan, content, { arrivedAt, additions }).catch((err) => {
         throw withExtra(err, extra);
       });
       const message = await awaitTurn(
@@ -156,4 +175,6 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
   await streamRoutes(app);
   await approvalRoutes(app);
   await queueRoutes(app);
+  await regenerateRoutes(app);
+  await attachmentRoutes(app);
 };

@@ -1,6 +1,8 @@
 import { type Static, Type } from '@sinclair/typebox';
 import { PageQuery, Pagination } from '../../http/pagination.js';
 import { Id, Nullable, Timestamp } from '../../http/schemas.js';
+import { ResponseFormat } from '../../turns/structured-output.js';
+import { AttachmentsInput, AttachmentView } from './attachments.js';
 
 export const ToolExecutionView = Type.Object(
   {
@@ -53,6 +55,17 @@ export const MessageTiming = Type.Object(
 );
 export type MessageTiming = Static<typeof MessageTiming>;
 
+export const Citation = Type.Object(
+  {
+    marker: Type.Integer({ minimum: 1, description: 'The `[n]` marker in the content' }),
+    document_id: Type.Integer(),
+    document_name: Type.String(),
+    chunk_id: Nullable(Type.Integer({ description: 'The passage (null when it no longer exists)' })),
+    quote: Type.String({ description: "The passage's text (at most 500 characters)" }),
+  },
+  { title: 'Citation' },
+);
+
 export const PendingApproval = Type.Object(
   {
     tool_call_id: Type.String(),
@@ -101,6 +114,19 @@ export const MessageView = Type.Object(
         description: 'Present on a reply stopped by POST /chats/:id/cancel: content is what was generated',
       }),
     ),
+    citations: Type.Array(Citation, {
+      description:
+        'Assistant messages: the passages of `knowledge_search` the reply cites with `[n]` markers, in order of first appearance; `[]` when none',
+    }),
+    attachments: Type.Array(AttachmentView, {
+      description:
+        'User messages: what was sent with the message (image bytes never; see GET .../attachments/:id); `[]` when none',
+    }),
+    parsed: Type.Optional(
+      Type.Unknown({
+        description: 'A reply to a request with `response_format`: the JSON value its content holds',
+      }),
+    ),
   },
   { title: 'Message' },
 );
@@ -135,6 +161,8 @@ export const CreateChatBody = Type.Object(
     ),
     content: Type.Optional(Content),
     stream: Type.Optional(Stream),
+    response_format: Type.Optional(ResponseFormat),
+    attachments: Type.Optional(AttachmentsInput),
   },
   { title: 'CreateChatBody' },
 );
@@ -153,6 +181,8 @@ export const SendMessageBody = Type.Object(
     content: Content,
     stream: Type.Optional(Stream),
     if_busy: Type.Optional(IfBusy),
+    response_format: Type.Optional(ResponseFormat),
+    attachments: Type.Optional(AttachmentsInput),
   },
   { title: 'SendMessageBody' },
 );

@@ -21,6 +21,7 @@ import { usableProject } from '../../policies/projects.js';
 import type { TurnPlan } from '../../turns/plan.js';
 import { dropChatQueue } from '../../turns/queue-store.js';
 import { CHAT_REFUSAL, chatModelConfiguration, chooseChatModel } from '../model-configurations/resolve.js';
+import { attachmentsOf } from './attachments.js';
 import { presentMessage } from './presenter.js';
 import type { ChatListQuery, CreateChatBody, MessageView } from './schemas.js';
 
@@ -48,9 +49,13 @@ const ownedBy = (principal: OrgPrincipal) =>
  * What the model is given as the conversation: finished messages, and replies a cancel request
  * stopped (status `cancelled` without an error). A failed turn's messages never reach the model.
  */
-const conversationMessage = or(
-  eq(chatMessages.status, 'completed'),
-  and(eq(chatMessages.role, 'assistant'), eq(chatMessages.status, 'cancelled'), isNull(chatMessages.error)),
+export const conversationMessage = and(
+  or(
+    eq(chatMessages.status, 'completed'),
+    and(eq(chatMessages.role, 'assistant'), eq(chatMessages.status, 'cancelled'), isNull(chatMessages.error)),
+  ),
+  // A reply replaced by a regenerated one is only listed among its versions (regenerate.ts).
+  isNull(chatMessages.replacedById),
 );
 
 /**
@@ -58,7 +63,11 @@ const conversationMessage = or(
  * with `status: "failed"` so the user can tell their message was not answered (docs/decisions.md).
  * A reply still generating is not history yet.
  */
-const historyMessage = or(conversationMessage, eq(chatMessages.status, 'failed'));
+export const historyMessage = or(
+  conversationMessage,
+  // A failed regeneration leaves the reply it was to replace in place (docs/decisions.md).
+  and(eq(chatMessages.status, 'failed'), isNull(chatMessages.regeneratesId)),
+);
 
 export async function findChat(
   ctx: Pick<ServiceContext, 'db' | 'principal'>,
@@ -179,11 +188,9 @@ async function executionsOf(db: Queryable, messageIds: number[]): Promise<Map<nu
 }
 
 export async function presentMessages(db: Queryable, rows: MessageRow[]): Promise<MessageView[]> {
-  const executions = await executionsOf(
-    db,
-    rows.map((r) => r.id),
-  );
-  return rows.map((row) => presentMessage(row, executions.get(row.id)));
+  const ids = rows.map((r) => r.id);
+  const [executions, attachments] = await Promise.all([executionsOf(db, ids), attachmentsOf(db, ids)]);
+  return rows.map((row) => presentMessage(row, executions.get(row.id), attachments.get(row.id)));
 }
 
 export async function messageView(db: Queryable, messageId: number): Promise<MessageView> {
