@@ -13,7 +13,7 @@ import { type TurnStopDeps, watchTurnStops } from '../../turns/turn-stops.js';
 import { decideApproval } from './approvals.js';
 import { MessageCreated } from './schemas.js';
 import { findChat } from './service.js';
-import { lostTurnEvent, reattachStream, relayTurn, replyTimeoutMessage, STREAM_NOTE } from './turn-http.js';
+import { lostTurnEvent, reattachRepeat, relayTurn, replyTimeoutMessage, STREAM_NOTE } from './turn-http.js';
 
 const tags = ['Chats'];
 
@@ -68,17 +68,7 @@ export async function approvalRoutes(parent: FastifyInstance): Promise<void> {
     async (request, reply) => {
       const ctx = contextOf(request);
       const chat = await findChat(ctx, request.params.id);
-      if (request.idempotencyStream) {
-        // A repeat of a streamed decision: that turn's stream again, no second decision.
-        await reattachStream(
-          reply,
-          deps,
-          request.idempotencyStream,
-          undefined,
-          request.idempotencyStreamAfter,
-        );
-        return reply;
-      }
+      if (await reattachRepeat(request, reply, deps)) return reply;
       const { approved, reason, stream } = request.body;
       const decided = await decideApproval(ctx, chat.id, request.params.tool_call_id, { approved, reason });
       // Wake the waiting call: here at once, elsewhere by notification (it polls, too).

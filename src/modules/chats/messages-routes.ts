@@ -12,7 +12,7 @@ import { ATTACHMENT_BODY_LIMIT, prepareAttachments } from './attachments.js';
 import { sendWhenBusy } from './busy-http.js';
 import { BusyChatError, MessageCreated, MessageList, SendMessageBody } from './schemas.js';
 import { listMessages, prepareTurn } from './service.js';
-import { awaitTurn, reattachStream, STREAM_NOTE, streamTurn } from './turn-http.js';
+import { awaitTurn, reattachRepeat, STREAM_NOTE, streamTurn } from './turn-http.js';
 import { requireContent } from './validation.js';
 
 const tags = ['Chats'];
@@ -44,16 +44,7 @@ export async function messageRoutes(parent: FastifyInstance): Promise<void> {
       requireContent(content);
       const structured = compileResponseFormat(request.body.response_format);
       const ctx = contextOf(request);
-      if (request.idempotencyStream) {
-        await reattachStream(
-          reply,
-          deps,
-          request.idempotencyStream,
-          undefined,
-          request.idempotencyStreamAfter,
-        );
-        return reply;
-      }
+      if (await reattachRepeat(request, reply, deps)) return reply;
       const plan = await prepareTurn(ctx, request.params.id);
       if (ifBusy !== 'reject') {
         // The chat queue stores a message's text only (docs/decisions.md, issue 18).

@@ -12,7 +12,7 @@ import { copyAttachments } from './attachments.js';
 import { presentChat } from './presenter.js';
 import { ChatCreated, MessageCreated, MessageView } from './schemas.js';
 import { conversationMessage, findChat, historyMessage, prepareTurn, presentMessages } from './service.js';
-import { awaitTurn, reattachStream, STREAM_NOTE, streamTurn } from './turn-http.js';
+import { awaitTurn, reattachRepeat, STREAM_NOTE, streamTurn } from './turn-http.js';
 
 const tags = ['Chats'];
 
@@ -178,16 +178,7 @@ export async function regenerateRoutes(parent: FastifyInstance): Promise<void> {
     async (request, reply) => {
       const arrivedAt = requestArrival(reply);
       const ctx = contextOf(request);
-      if (request.idempotencyStream) {
-        await reattachStream(
-          reply,
-          deps,
-          request.idempotencyStream,
-          undefined,
-          request.idempotencyStreamAfter,
-        );
-        return reply;
-      }
+      if (await reattachRepeat(request, reply, deps)) return reply;
       const { id, message_id: messageId } = request.params;
       const plan = await prepareTurn(ctx, id);
       const { reply: old, question } = await regenerationOf(ctx, id, messageId);

@@ -134,6 +134,20 @@ export async function reattachStream(
   });
 }
 
+/**
+ * A repeat of a streamed request (same Idempotency-Key and body): answers it with its first
+ * stream, from the client's Last-Event-ID, and says so. False for a first request.
+ */
+export async function reattachRepeat(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  deps: Pick<AppDeps, 'streams' | 'turns'>,
+): Promise<boolean> {
+  if (!request.idempotencyStream) return false;
+  await reattachStream(reply, deps, request.idempotencyStream, undefined, request.idempotencyStreamAfter);
+  return true;
+}
+
 export function replyTimeoutMessage(timeoutMs: number): string {
   return `The reply took longer than ${formatDuration(timeoutMs)}; it continues, and the chat's history shows it once finished`;
 }
