@@ -651,6 +651,36 @@ describe('artifacts', () => {
       return res.body.artifact;
     }
 
+    it('blocking generation and refinement carry a Server-Timing header (db, model, overhead, total)', async () => {
+      const parse = (header: unknown) =>
+        Object.fromEntries(
+          String(header)
+            .split(', ')
+            .map((entry) => {
+              const [name, dur] = entry.split(';dur=');
+              return [name, Number(dur)];
+            }),
+        );
+      fake.enqueue({ text: '# Timed\n\nBody.', firstTokenDelayMs: 40 });
+      const generated = await generate();
+      expectStatus(generated, 201);
+      fake.enqueue({ text: '# Timed\n\nShorter.', firstTokenDelayMs: 40 });
+      const refined = await call(t, 'POST', `${artifactUrl(generated.body.artifact.id)}/refine`, {
+        key: org.orgKey,
+        body: { refine_prompt: 'Shorter' },
+      });
+      expectStatus(refined, 200);
+      for (const res of [generated, refined]) {
+        const entries = parse(res.headers['server-timing']);
+        expect(Object.keys(entries)).toEqual(['db', 'model', 'overhead', 'total']);
+        expect(entries.db).toBeGreaterThan(0);
+        // The model waited 40 ms before its first token: model time, not overhead.
+        expect(entries.model).toBeGreaterThanOrEqual(35);
+        expect(entries.overhead).toBeLessThanOrEqual(entries.total);
+        expect(entries.db + entries.model).toBeLessThanOrEqual(entries.total + 0.2);
+      }
+    });
+
     it('gives the model the chat history plus the instruction and saves the whole new content', async () => {
       const artifact = await freshArtifact();
       fake.reset();

@@ -15,6 +15,7 @@ import { ApiError, unprocessable } from '../../http/errors.js';
 import { recordEvent } from '../../jobs/outbox.js';
 import { collectTools, type ToolFamilies } from '../../llm/tools/registry.js';
 import { genAiModel, traceModel, traceTools, withSpan } from '../../telemetry/tracing.js';
+import type { TurnTiming } from '../../telemetry/turn-timing.js';
 import {
   compileResponseFormat,
   type ResponseFormat,
@@ -82,6 +83,8 @@ export interface RunOptions {
    * MODEL_IDLE_TIMEOUT_MS fails them instead.
    */
   deadlineMs?: number;
+  /** The blocking request's clock (its Server-Timing header): model marks and database steps. */
+  timing?: TurnTiming;
 }
 
 export interface ArtifactUsage {
@@ -169,6 +172,7 @@ export async function runGeneration(
       tools: traceTools(toolSet.tools),
       deadlineMs: options.deadlineMs,
       idleMs: ctx.config.modelIdleTimeoutMs,
+      timing: options.timing,
       // A structured reply is sent as one chunk once valid.
       onChunk: structured ? undefined : options.onChunk,
       signal: options.signal,
@@ -184,37 +188,40 @@ export async function runGeneration(
   const asyncEventId = input.asyncEventId ?? randomUUID();
   const credits = costOf(run.usage, resolved.prices);
 
-  const id = await ctx.db.transaction(async (tx) => {
-    const [row] = await tx
-      .insert(artifacts)
-      .values({
+  const id = await timed(
+    options,
+    ctx.db.transaction(async (tx) => {
+      const [row] = await tx
+        .insert(artifacts)
+        .values({
+          organizationId: ctx.principal.organizationId,
+          projectId: project.id,
+          artifactTypeId: artifactType.id,
+          skillId: skill.id,
+          chatId: input.chatId ?? null,
+          modelConfigurationId: resolved.configuration.id,
+          apiKeyId: ctx.principal.keyId,
+          userId: ctx.principal.userId,
+          name,
+          content: run.text,
+          parsed: run.parsed,
+          shareToken: newShareToken(),
+          chatHistory: history,
+          inputTokens: run.usage.inputTokens,
+          outputTokens: run.usage.outputTokens,
+          credits,
+        })
+        .returning({ id: artifacts.id });
+      await charge(tx, ctx, project.id, resolved, run.usage, row.id);
+      await recordEvent(tx, {
         organizationId: ctx.principal.organizationId,
         projectId: project.id,
-        artifactTypeId: artifactType.id,
-        skillId: skill.id,
-        chatId: input.chatId ?? null,
-        modelConfigurationId: resolved.configuration.id,
-        apiKeyId: ctx.principal.keyId,
-        userId: ctx.principal.userId,
-        name,
-        content: run.text,
-        parsed: run.parsed,
-        shareToken: newShareToken(),
-        chatHistory: history,
-        inputTokens: run.usage.inputTokens,
-        outputTokens: run.usage.outputTokens,
-        credits,
-      })
-      .returning({ id: artifacts.id });
-    await charge(tx, ctx, project.id, resolved, run.usage, row.id);
-    await recordEvent(tx, {
-      organizationId: ctx.principal.organizationId,
-      projectId: project.id,
-      eventName: 'artifact_generated',
-      eventData: eventData(name, row.id, artifactType.slug, project.id, asyncEventId, input.chatId ?? null),
-    });
-    return row.id;
-  });
+        eventName: 'artifact_generated',
+        eventData: eventData(name, row.id, artifactType.slug, project.id, asyncEventId, input.chatId ?? null),
+      });
+      return row.id;
+    }),
+  );
   // Counted once the charge is committed.
   ctx.metrics.countUsage(resolved.configuration.provider, resolved.configuration.model, run.usage, credits);
   return {
@@ -287,6 +294,7 @@ export async function runRefinement(
       tools: traceTools(toolSet.tools),
       deadlineMs: options.deadlineMs,
       idleMs: ctx.config.modelIdleTimeoutMs,
+      timing: options.timing,
       onChunk: options.onChunk,
       signal: options.signal,
     }),
@@ -299,38 +307,41 @@ export async function runRefinement(
   const asyncEventId = input.asyncEventId ?? randomUUID();
   const credits = costOf(run.usage, resolved.prices);
 
-  await ctx.db.transaction(async (tx) => {
-    const updated = await tx
-      .update(artifacts)
-      .set({
-        content: run.text,
-        parsed: null,
-        // Appended in SQL so two refinements finishing together both keep their exchange.
-        chatHistory: sql`${artifacts.chatHistory} || ${JSON.stringify(exchange)}::jsonb`,
-        inputTokens: sql`${artifacts.inputTokens} + ${run.usage.inputTokens}`,
-        outputTokens: sql`${artifacts.outputTokens} + ${run.usage.outputTokens}`,
-        credits: sql`${artifacts.credits} + ${credits}`,
-        updatedAt: sql`now()`,
-      })
-      .where(eq(artifacts.id, artifact.id))
-      .returning({ id: artifacts.id, name: artifacts.name });
-    // Deleted while the model was writing: nothing to refine, nothing to charge for a lost result.
-    if (updated.length === 0) throw new ApiError(404, 'artifact_not_found', 'Artifact not found');
-    await charge(tx, ctx, project.id, resolved, run.usage, artifact.id);
-    await recordEvent(tx, {
-      organizationId: ctx.principal.organizationId,
-      projectId: project.id,
-      eventName: 'artifact_refined',
-      eventData: eventData(
-        updated[0].name,
-        artifact.id,
-        artifact.artifactTypeSlug,
-        project.id,
-        asyncEventId,
-        artifact.chatId,
-      ),
-    });
-  });
+  await timed(
+    options,
+    ctx.db.transaction(async (tx) => {
+      const updated = await tx
+        .update(artifacts)
+        .set({
+          content: run.text,
+          parsed: null,
+          // Appended in SQL so two refinements finishing together both keep their exchange.
+          chatHistory: sql`${artifacts.chatHistory} || ${JSON.stringify(exchange)}::jsonb`,
+          inputTokens: sql`${artifacts.inputTokens} + ${run.usage.inputTokens}`,
+          outputTokens: sql`${artifacts.outputTokens} + ${run.usage.outputTokens}`,
+          credits: sql`${artifacts.credits} + ${credits}`,
+          updatedAt: sql`now()`,
+        })
+        .where(eq(artifacts.id, artifact.id))
+        .returning({ id: artifacts.id, name: artifacts.name });
+      // Deleted while the model was writing: nothing to refine, nothing to charge for a lost result.
+      if (updated.length === 0) throw new ApiError(404, 'artifact_not_found', 'Artifact not found');
+      await charge(tx, ctx, project.id, resolved, run.usage, artifact.id);
+      await recordEvent(tx, {
+        organizationId: ctx.principal.organizationId,
+        projectId: project.id,
+        eventName: 'artifact_refined',
+        eventData: eventData(
+          updated[0].name,
+          artifact.id,
+          artifact.artifactTypeSlug,
+          project.id,
+          asyncEventId,
+          artifact.chatId,
+        ),
+      });
+    }),
+  );
   // Counted once the charge is committed.
   ctx.metrics.countUsage(resolved.configuration.provider, resolved.configuration.model, run.usage, credits);
   return {
@@ -338,6 +349,11 @@ export async function runRefinement(
     usage: { inputTokens: run.usage.inputTokens, outputTokens: run.usage.outputTokens, credits },
     asyncEventId,
   };
+}
+
+/** Awaits a database step, on the blocking request's clock when it has one. */
+function timed<T>(options: RunOptions, step: Promise<T>): Promise<T> {
+  return options.timing ? options.timing.db(step) : step;
 }
 
 /** The requested model, else the one that wrote the artifact (if it is still a usable chat model), else the default. */

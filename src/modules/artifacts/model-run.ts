@@ -4,6 +4,7 @@ import type { ChatHistoryEntry } from '../../db/schema/index.js';
 import { ApiError } from '../../http/errors.js';
 import { withBoundedRetries } from '../../llm/bounded-retries.js';
 import { providerFailure } from '../../llm/provider-errors.js';
+import type { TurnTiming } from '../../telemetry/turn-timing.js';
 import { IdleWatchdog, pausingWatchdog } from '../../turns/watchdog.js';
 import type { Usage } from '../credits/service.js';
 
@@ -22,6 +23,8 @@ export interface ModelRunRequest {
   idleMs: number;
   onChunk?: (text: string) => void;
   signal?: AbortSignal;
+  /** A blocking request's clock: the model request, its first chunk and its end are marked. */
+  timing?: TurnTiming;
 }
 
 export interface ModelRunResult {
@@ -48,6 +51,7 @@ export async function runModel(request: ModelRunRequest): Promise<ModelRunResult
   const signal = AbortSignal.any(signals);
   const hasTools = Object.keys(request.tools).length > 0;
   watchdog.start();
+  request.timing?.modelRequest();
   const result = streamText({
     model: withBoundedRetries(request.model),
     system: request.system,
@@ -72,10 +76,12 @@ export async function runModel(request: ModelRunRequest): Promise<ModelRunResult
       switch (part.type) {
         case 'text-delta':
           if (part.text === '') break;
+          request.timing?.modelChunk();
           text += part.text;
           request.onChunk?.(part.text);
           break;
         case 'tool-call':
+          request.timing?.modelChunk();
           parameters.set(part.toolCallId, part.input);
           break;
         case 'tool-result':
@@ -109,6 +115,7 @@ export async function runModel(request: ModelRunRequest): Promise<ModelRunResult
     throw generationError(error, deadline?.aborted === true);
   } finally {
     watchdog.stop();
+    request.timing?.modelEnded();
   }
   if (text.trim() === '') {
     throw new ApiError(500, 'generation_failed', 'The model returned no content for the artifact');

@@ -17,6 +17,7 @@ import {
 import { StreamPublisher } from '../../streams/publisher.js';
 import { relayStream } from '../../streams/sse-relay.js';
 import type { StreamHub } from '../../streams/stream-hub.js';
+import { requestArrival, TurnTiming } from '../../telemetry/turn-timing.js';
 import { AsyncAcceptedResponse } from '../async-requests/schemas.js';
 import { acceptGeneration, acceptRefinement } from '../async-requests/service.js';
 import {
@@ -180,11 +181,16 @@ export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const input = generateInput(request.params, request.query, request.body);
       // Fire-and-forget (spec 4.2): the same checks, then the request and its job are stored; 200.
       if (request.body.fire_and_forget === true) return acceptGeneration(ctx, app.deps.jobs, input);
-      const prepared = await prepareGeneration(ctx, input);
+      const timing = new TurnTiming(requestArrival(reply));
+      // Its checks are database reads.
+      const prepared = await timing.db(prepareGeneration(ctx, input));
       const result = await runGeneration(ctx, prepared, {
         families: deps.toolFamilies,
         deadlineMs: deps.config.replyTimeoutMs,
+        timing,
       });
+      timing.ended();
+      reply.header('server-timing', timing.serverTiming());
       reply.status(201);
       return present(result);
     },
@@ -238,17 +244,20 @@ export const artifactRoutes: FastifyPluginAsyncTypebox = async (app) => {
         }),
       },
     },
-    async (request) => {
+    async (request, reply) => {
       const ctx = contextOf(request);
       const input = refineInput(request.params, request.body);
       if (request.body.fire_and_forget === true) return acceptRefinement(ctx, app.deps.jobs, input);
-      const prepared = await prepareRefinement(ctx, input);
-      return present(
-        await runRefinement(ctx, prepared, {
-          families: deps.toolFamilies,
-          deadlineMs: deps.config.replyTimeoutMs,
-        }),
-      );
+      const timing = new TurnTiming(requestArrival(reply));
+      const prepared = await timing.db(prepareRefinement(ctx, input));
+      const result = await runRefinement(ctx, prepared, {
+        families: deps.toolFamilies,
+        deadlineMs: deps.config.replyTimeoutMs,
+        timing,
+      });
+      timing.ended();
+      reply.header('server-timing', timing.serverTiming());
+      return present(result);
     },
   );
 
