@@ -149,10 +149,13 @@ export function keepLeaseAlive(
   leaseMs: number,
   callbacks: { onError: (err: unknown) => void; onCancelRequested: () => void; onLost: () => void },
 ): () => void {
+  // A renewal still in flight when the keeper stops reports nothing: the turn has ended.
+  let stopped = false;
   const timer = setInterval(
     () => {
       renewTurnLease(db, turnId, leaseMs)
         .then((state) => {
+          if (stopped) return;
           if (state === 'cancel') callbacks.onCancelRequested();
           else if (state === 'lost') callbacks.onLost();
         })
@@ -161,5 +164,8 @@ export function keepLeaseAlive(
     Math.max(50, Math.floor(leaseMs / 3)),
   );
   timer.unref();
-  return () => clearInterval(timer);
+  return () => {
+    stopped = true;
+    clearInterval(timer);
+  };
 }

@@ -362,11 +362,15 @@ export class TurnRunner {
       approvals?.observe(event);
       return published;
     };
+    // Set once the turn writes its own end: a renewal queued behind that write (a busy pool) then
+    // finds the turn released by this very process, which is not a lost lease.
+    let finishing = false;
     const stopLease = keepLeaseAlive(db, ids.turnId, settings.leaseMs, {
       onError: (err) => log.warn({ err }, 'could not renew the turn lease'),
       onCancelRequested: () => this.cancel(ids.turnId),
       // Retired elsewhere (a cancel that got no answer, or an expired lease): stop; its record stands.
       onLost: () => {
+        if (finishing) return;
         log.warn('the turn is no longer this process’s to run: stopping it');
         this.cancel(ids.turnId);
       },
@@ -410,6 +414,7 @@ export class TurnRunner {
     const { provider, model } = plan.configuration;
     // The one place a turn's result is written, however it ended.
     const finish = async (end: TurnEnd) => {
+      finishing = true;
       const row = await timing.db(
         db.transaction((tx) =>
           finishTurn(tx, {
