@@ -1,6 +1,14 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { chatMessages, documentGroups, documents } from '../src/db/schema/index.js';
-import { addModel, type ChatTestApp, eventNames, postStream, startChatApp } from './chats-support.js';
+import {
+  addModel,
+  type ChatTestApp,
+  emptyChat,
+  eventNames,
+  orgWithModelAt,
+  postStream,
+  startChatApp,
+} from './chats-support.js';
 import { createGroup, uploadFile, waitForProcessing } from './fixtures/knowledge-helpers.js';
 import { call, createOrg, expectStatus, expectV2Error, type TestOrg } from './helpers/app.js';
 import {
@@ -46,20 +54,9 @@ afterAll(async () => {
   await server.close();
 });
 
-async function orgWithFakeModel(): Promise<TestOrg> {
-  const org = await createOrg(t);
-  await addModel(t, org.organizationId, { baseUrl: server.baseUrl, model: 'local-llama', makeDefault: true });
-  return org;
-}
+const orgWithFakeModel = () => orgWithModelAt(t, server.baseUrl);
 
-async function newChat(org: TestOrg): Promise<number> {
-  const res = await call(t, 'POST', '/api/v2/chats', {
-    key: org.orgKey,
-    body: { project_id: org.projectId },
-  });
-  expectStatus(res, 201);
-  return res.body.response.chat.id;
-}
+const newChat = (org: TestOrg) => emptyChat(t, org);
 
 const history = async (org: TestOrg, chatId: number) => {
   const res = await call(t, 'GET', `/api/v2/chats/${chatId}/messages`, { key: org.orgKey });

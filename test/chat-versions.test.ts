@@ -1,14 +1,14 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
-  addModel,
   asInHistory,
   type ChatTestApp,
   eventNames,
+  orgWithModelAt,
   postStream,
   startChatApp,
   testKnowledgeFamily,
 } from './chats-support.js';
-import { call, createOrg, expectStatus, expectV2Error, type TestOrg } from './helpers/app.js';
+import { call, expectStatus, expectV2Error, type TestOrg } from './helpers/app.js';
 import { type FakeModelServer, startFakeModelServer } from './helpers/fake-model-server.js';
 
 /** Issue 18: regenerating the last reply, its versions, and forking a chat, over real HTTP. */
@@ -24,11 +24,7 @@ afterAll(async () => {
   await server.close();
 });
 
-async function orgWithFakeModel(): Promise<TestOrg> {
-  const org = await createOrg(t);
-  await addModel(t, org.organizationId, { baseUrl: server.baseUrl, model: 'local-llama', makeDefault: true });
-  return org;
-}
+const orgWithFakeModel = () => orgWithModelAt(t, server.baseUrl);
 
 const history = async (key: string, chatId: number) => {
   const res = await call(t, 'GET', `/api/v2/chats/${chatId}/messages`, { key });

@@ -9,7 +9,15 @@ import type { Config } from '../src/config.js';
 import { modelConfigurations, organizations } from '../src/db/schema/index.js';
 import type { ToolFamilies, ToolScope } from '../src/llm/tools/registry.js';
 import type { RootOptions } from '../src/root.js';
-import { createTestRoot, startTestServer, type TestApp } from './helpers/app.js';
+import {
+  call,
+  createOrg,
+  createTestRoot,
+  expectStatus,
+  startTestServer,
+  type TestApp,
+  type TestOrg,
+} from './helpers/app.js';
 import { readSse } from './helpers/sse.js';
 
 export interface ChatTestApp extends TestApp {
@@ -239,4 +247,21 @@ export function expectTiming(timing: any) {
 export function asInHistory(message: any) {
   const { timing: _timing, ...rest } = message;
   return rest;
+}
+
+/** A fresh organization whose default model is the fake model server at `baseUrl`. */
+export async function orgWithModelAt(t: TestApp, baseUrl: string): Promise<TestOrg> {
+  const org = await createOrg(t);
+  await addModel(t, org.organizationId, { baseUrl, model: 'local-llama', makeDefault: true });
+  return org;
+}
+
+/** A new empty chat in the organization's project, owned by its organization key. */
+export async function emptyChat(t: TestApp, org: TestOrg): Promise<number> {
+  const res = await call(t, 'POST', '/api/v2/chats', {
+    key: org.orgKey,
+    body: { project_id: org.projectId },
+  });
+  expectStatus(res, 201);
+  return res.body.response.chat.id;
 }

@@ -6,9 +6,10 @@ import {
   useFakeModel,
 } from './artifacts-fixtures.js';
 import {
-  addModel,
   type ChatTestApp,
+  emptyChat,
   eventNames,
+  orgWithModelAt,
   postStream,
   startChatApp,
   streamedText,
@@ -41,20 +42,9 @@ afterAll(async () => {
   await server.close();
 });
 
-async function orgWithFakeModel(): Promise<TestOrg> {
-  const org = await createOrg(t);
-  await addModel(t, org.organizationId, { baseUrl: server.baseUrl, model: 'local-llama', makeDefault: true });
-  return org;
-}
+const orgWithFakeModel = () => orgWithModelAt(t, server.baseUrl);
 
-async function newChat(org: TestOrg): Promise<number> {
-  const res = await call(t, 'POST', '/api/v2/chats', {
-    key: org.orgKey,
-    body: { project_id: org.projectId },
-  });
-  expectStatus(res, 201);
-  return res.body.response.chat.id;
-}
+const newChat = (org: TestOrg) => emptyChat(t, org);
 
 const send = (org: TestOrg, chatId: number, body: Record<string, unknown>) =>
   call(t, 'POST', `/api/v2/chats/${chatId}/messages`, { key: org.orgKey, body });
