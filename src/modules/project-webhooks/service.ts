@@ -82,7 +82,16 @@ function checkBody(
 export async function createWebhook(ctx: ServiceContext, projectId: number, body: CreateWebhookBody) {
   requireAdmin(ctx.principal);
   await visibleProjectId(ctx, projectId);
-  const events = checkBody(ctx, body);
+  return insertWebhook(ctx, projectId, body, checkBody(ctx, body));
+}
+
+/** A project's webhook, or the organization's (`projectId` null), with its audit record. */
+function insertWebhook(
+  ctx: ServiceContext,
+  projectId: number | null,
+  body: CreateWebhookBody,
+  events: WebhookEventName[],
+) {
   const secret = newWebhookSecret();
   return ctx.db.transaction(async (tx) => {
     const [row] = await tx
@@ -153,26 +162,7 @@ export async function getOrganizationWebhook(ctx: ServiceContext, webhookId: num
 
 export async function createOrganizationWebhook(ctx: ServiceContext, body: CreateWebhookBody) {
   requireAdmin(ctx.principal);
-  const events = checkBody(ctx, body, ORGANIZATION_WEBHOOK_EVENTS);
-  const secret = newWebhookSecret();
-  return ctx.db.transaction(async (tx) => {
-    const [row] = await tx
-      .insert(projectWebhooks)
-      .values({
-        organizationId: ctx.principal.organizationId,
-        projectId: null,
-        url: body.url,
-        events,
-        secretEncrypted: ctx.secrets.encrypt(secret),
-      })
-      .returning();
-    await recordAudit(tx, ctx, {
-      action: 'webhook.created',
-      resource: { type: 'webhook', id: row.id },
-      changedFields: [...fieldsOf(body), 'secret'],
-    });
-    return { row, secret };
-  });
+  return insertWebhook(ctx, null, body, checkBody(ctx, body, ORGANIZATION_WEBHOOK_EVENTS));
 }
 
 export async function deleteOrganizationWebhook(ctx: ServiceContext, webhookId: number) {
