@@ -12,7 +12,7 @@ import { collectTools, type ToolFamilies, type ToolScope } from '../llm/tools/re
 import { storeAttachments } from '../modules/chats/attachments.js';
 import { presentMessage } from '../modules/chats/presenter.js';
 import type { ChatView, MessageView } from '../modules/chats/schemas.js';
-import { conversationOf, messageView, titleFrom } from '../modules/chats/service.js';
+import { messageView, titleFrom } from '../modules/chats/service.js';
 import { ensureCredits, type Usage } from '../modules/credits/service.js';
 import { ContentCoalescer } from '../streams/coalescer.js';
 import { chatDone, chatError, type TurnEvent } from '../streams/protocol.js';
@@ -25,8 +25,9 @@ import { TurnAdditions, type TurnAdditionsInput } from './additions.js';
 import { ApprovalGate, ApprovalWaits, withApprovals } from './approvals.js';
 import { turnStreamKey } from './events.js';
 import { describeFailure, TURN_INTERRUPTED_MESSAGE, TurnCancelled, TurnFailure } from './failure.js';
-import { finishTurn, type TurnEnd } from './finish.js';
+import { type TurnEnd, writeTurnEnd } from './finish.js';
 import { keepLeaseAlive } from './lease.js';
+import { turnHistory } from './model-input.js';
 import type { TurnPlan } from './plan.js';
 import { buildSystemPrompt, expandSlashCommand, skillsOfAgent } from './system-prompt.js';
 import { asParameters, recordToolExecution } from './tool-executions.js';
@@ -428,8 +429,9 @@ export class TurnRunner {
     const finish = async (end: TurnEnd) => {
       finishing = true;
       const row = await timing.db(
-        db.transaction((tx) =>
-          finishTurn(tx, {
+        writeTurnEnd(
+          database,
+          {
             ...ids,
             chatId: plan.chat.id,
             projectId: plan.project.id,
@@ -438,7 +440,8 @@ export class TurnRunner {
             usage,
             charge: this.chargeOf(ctx, plan, ids.assistantMessageId),
             end,
-          }),
+          },
+          { regeneration: options.additions?.regenerate !== undefined },
         ),
       );
       timing.ended();
@@ -607,7 +610,7 @@ export class TurnRunner {
     const [toolSet, skills, history] = await Promise.all([
       collectTools(families, plan.agent ? plan.agent.tools : DEFAULT_CHAT_TOOLS, scope),
       plan.agent ? timing.db(skillsOfAgent(db, plan.agent.id)) : [],
-      timing.db(conversationOf(db, plan.chat.id, settings.historyLimit)),
+      timing.db(turnHistory(db, plan.chat.id, settings.historyLimit)),
     ]);
     // The approval gate is outermost: a call waiting for a person is neither run time nor a tool span.
     // The tools first: the system prompt asks for citations when knowledge_search is among them.

@@ -219,14 +219,3 @@ export async function listMessages(ctx: ServiceContext, chatId: number, query: P
   if (counted.status === 'rejected') throw counted.reason;
   return { messages: await presentMessages(ctx.db, page.value), total: counted.value[0].total };
 }
-
-/** The turns' view of the conversation so far: finished messages, oldest first, the newest `limit`. */
-export async function conversationOf(db: Queryable, chatId: number, limit: number): Promise<MessageRow[]> {
-  const rows = await db
-    .select()
-    .from(chatMessages)
-    .where(and(eq(chatMessages.chatId, chatId), conversationMessage))
-    .orderBy(desc(chatMessages.id))
-    .limit(limit);
-  return rows.reverse();
-}
