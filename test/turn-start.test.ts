@@ -8,10 +8,12 @@ import {
   chatMessages,
   chats,
   chatTurns,
+  creditLedger,
   modelConfigurations,
   organizations,
   projects,
 } from '../src/db/schema/index.js';
+import { finishTurnAtOnce, type TurnOutcomeRecord } from '../src/turns/finish.js';
 import { loadPlanRows } from '../src/turns/plan.js';
 import { startTurnAtOnce, type TurnRowsInput } from '../src/turns/turn-start.js';
 import { type ChatTestApp, emptyChat, startChatApp } from './chats-support.js';
@@ -140,5 +142,80 @@ describe('the turn start in one statement', () => {
     expect(await db.select().from(chatMessages).where(eq(chatMessages.chatId, chatId))).toEqual([]);
     expect(await db.select().from(chatTurns).where(eq(chatTurns.chatId, chatId))).toEqual([]);
     expect(await chatRow(chatId)).toEqual(chat);
+  });
+});
+
+describe('the end of a reply kept in history in one statement', () => {
+  async function started() {
+    const chatId = await emptyChat(t, org);
+    const chat = await chatRow(chatId);
+    const ids = await startTurnAtOnce(t.deps.database, inputFor(chatId, chat.projectId));
+    if (typeof ids === 'string') throw new Error(`not started: ${ids}`);
+    const record: TurnOutcomeRecord = {
+      ...ids,
+      chatId,
+      projectId: chat.projectId,
+      text: 'Hi!',
+      annotations: { citations: [] },
+      usage: { inputTokens: 1000, outputTokens: 500 },
+      charge: {
+        organizationId: org.organizationId,
+        projectId: chat.projectId,
+        apiKeyId: chat.apiKeyId,
+        modelConfigurationId: org.modelConfigurationId,
+        prices: { creditsPer1kInputTokens: 2, creditsPer1kOutputTokens: 4 },
+        reference: `message:${ids.assistantMessageId}`,
+      },
+      end: { kind: 'completed' },
+    };
+    return record;
+  }
+  const ledgerOf = (reference: string) =>
+    t.deps.database.db.select().from(creditLedger).where(eq(creditLedger.reference, reference));
+  const balance = async () => {
+    const [row] = await t.deps.database.db
+      .select({ balance: organizations.creditBalance })
+      .from(organizations)
+      .where(eq(organizations.id, org.organizationId));
+    return Number(row!.balance);
+  };
+
+  it('releases the lease, charges, and returns the message row as Drizzle reads it', async () => {
+    const record = await started();
+    const before = await balance();
+    const row = await finishTurnAtOnce(t.deps.database, record);
+    const { db } = t.deps.database;
+    const [stored] = await db
+      .select()
+      .from(chatMessages)
+      .where(eq(chatMessages.id, record.assistantMessageId));
+    expect(row).toEqual(stored);
+    expect(stored).toMatchObject({
+      status: 'completed',
+      content: 'Hi!',
+      inputTokens: 1000,
+      outputTokens: 500,
+      credits: 4,
+      error: null,
+    });
+    const [turn] = await db.select().from(chatTurns).where(eq(chatTurns.id, record.turnId));
+    expect(turn!.status).toBe('completed');
+    expect((await ledgerOf(record.charge.reference)).map((l) => [l.kind, l.amount])).toEqual([['usage', -4]]);
+    expect(await balance()).toBe(before - 4);
+  });
+
+  it('writes nothing when the turn is no longer running (its end was written elsewhere)', async () => {
+    const record = await started();
+    const { db } = t.deps.database;
+    await db.update(chatTurns).set({ status: 'expired' }).where(eq(chatTurns.id, record.turnId));
+    const before = await balance();
+    expect(await finishTurnAtOnce(t.deps.database, { ...record, end: { kind: 'cancelled' } })).toBeNull();
+    const [message] = await db
+      .select()
+      .from(chatMessages)
+      .where(eq(chatMessages.id, record.assistantMessageId));
+    expect(message!.status).toBe('generating');
+    expect(await ledgerOf(record.charge.reference)).toEqual([]);
+    expect(await balance()).toBe(before);
   });
 });
