@@ -172,11 +172,14 @@ async function* callModel(
     const stream = response.body;
     stream.setEncoding('utf8');
     let buffer = '';
-    let failed = false;
     try {
       for await (const piece of stream as AsyncIterable<string>) {
         options.onActivity?.();
         buffer = buffer ? buffer + piece : piece;
+        // The text of every chunk in this read, yielded once: one hop through the generators and
+        // the runner per read of the socket, not per token (the model may send several at once).
+        let text = '';
+        let error: unknown = null;
         let start = 0;
         for (let end = buffer.indexOf('\n'); end !== -1; end = buffer.indexOf('\n', start)) {
           const line = buffer.slice(start, end);
@@ -189,14 +192,12 @@ async function* callModel(
           try {
             chunk = JSON.parse(payload);
           } catch (err) {
-            yield { type: 'error', error: err };
-            failed = true;
+            error = err;
             break;
           }
           if (chunk.error) {
             span.fail(chunk.error);
-            yield { type: 'error', error: chunk.error };
-            failed = true;
+            error = chunk.error;
             break;
           }
           if (chunk.model) span.responseModel(chunk.model);
@@ -211,10 +212,7 @@ async function* callModel(
           if (choice.finish_reason) result.finishReason = finishReasonOf(choice.finish_reason);
           const delta = choice.delta;
           if (!delta) continue;
-          if (typeof delta.content === 'string' && delta.content.length > 0) {
-            result.text += delta.content;
-            yield { type: 'text-delta', text: delta.content };
-          }
+          if (typeof delta.content === 'string' && delta.content.length > 0) text += delta.content;
           if (Array.isArray(delta.tool_calls)) {
             for (const part of delta.tool_calls) {
               const index = part.index ?? calls.length;
@@ -230,7 +228,14 @@ async function* callModel(
           }
         }
         buffer = start === buffer.length ? '' : buffer.slice(start);
-        if (failed) break;
+        if (text) {
+          result.text += text;
+          yield { type: 'text-delta', text };
+        }
+        if (error !== null) {
+          yield { type: 'error', error };
+          break;
+        }
       }
     } finally {
       // Stops reading (a failure, an abort, or the consumer stopping): the connection is dropped.
