@@ -64,7 +64,10 @@ async function parts(): Promise<{ parts: TurnStreamPart[]; usage: unknown }> {
 
 describe('lean client reads', () => {
   it('yields the content deltas of one read as one text delta, in order', async () => {
-    writes = [content('Hel') + content('lo'), content(' there') + content('!') + finish + usage + 'data: [DONE]\n\n'];
+    writes = [
+      content('Hel') + content('lo'),
+      content(' there') + content('!') + finish + usage + 'data: [DONE]\n\n',
+    ];
     const { parts: out, usage: total } = await parts();
     expect(out.filter((p) => p.type === 'text-delta').map((p) => (p as { text: string }).text)).toEqual([
       'Hello',
