@@ -14,6 +14,7 @@ const chunk = (data: unknown) => `data: ${JSON.stringify(data)}\n\n`;
 const content = (text: string) => chunk({ model: 'm', choices: [{ index: 0, delta: { content: text } }] });
 const finish = chunk({ choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] });
 const usage = chunk({ choices: [], usage: { prompt_tokens: 3, completion_tokens: 4 } });
+const done = 'data: [DONE]\n\n';
 
 /** What the server writes, one `write` per entry, 40 ms apart (so each is a read of its own). */
 let writes: string[] = [];
@@ -66,7 +67,7 @@ describe('lean client reads', () => {
   it('yields the content deltas of one read as one text delta, in order', async () => {
     writes = [
       content('Hel') + content('lo'),
-      content(' there') + content('!') + finish + usage + 'data: [DONE]\n\n',
+      [content(' there'), content('!'), finish, usage, done].join(''),
     ];
     const { parts: out, usage: total } = await parts();
     expect(out.filter((p) => p.type === 'text-delta').map((p) => (p as { text: string }).text)).toEqual([
@@ -86,7 +87,7 @@ describe('lean client reads', () => {
   });
 
   it('keeps a chunk split across two reads whole', async () => {
-    const whole = content('split') + finish + 'data: [DONE]\n\n';
+    const whole = [content('split'), finish, done].join('');
     writes = [whole.slice(0, 20), whole.slice(20)];
     const { parts: out } = await parts();
     expect(out.filter((p) => p.type === 'text-delta')).toEqual([{ type: 'text-delta', text: 'split' }]);
