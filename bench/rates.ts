@@ -286,12 +286,14 @@ async function main() {
         body: JSON.stringify({ project_id: keys.project_id }),
       },
       list: { name: 'GET /api/v2/chats', method: 'GET', path: '/api/v2/chats' },
+      // The floor: Fastify, its hooks and Node's HTTP without authentication or a query.
+      health: { name: 'GET /health', method: 'GET', path: '/health' },
     };
     const runs: RateFigures[] = [];
     for (let r = 0; r < REPEAT; r++)
       for (const name of ENDPOINTS) {
         const target = all[name];
-        if (!target) throw new Error(`unknown endpoint "${name}" (history, create, list)`);
+        if (!target) throw new Error(`unknown endpoint "${name}" (history, create, list, health)`);
         log(`${target.name}: ${WARMUP_S} s warm-up, ${DURATION_S} s measured...`);
         const figures = await measure(base, key, target, service.pid!);
         runs.push(figures);
