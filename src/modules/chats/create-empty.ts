@@ -1,5 +1,5 @@
 import type { ServiceContext } from '../../core/context.js';
-import type { Database } from '../../db/client.js';
+import { preparedRow } from './prepared.js';
 import { NEW_CHAT_TITLE, presentChat } from './presenter.js';
 import type { ChatView, CreateChatBody } from './schemas.js';
 import { createChat } from './service.js';
@@ -41,23 +41,16 @@ interface CreatedRow {
   created_at: string;
 }
 
-/** A named prepared statement on PostgreSQL: parsed and planned once per connection. */
-async function insertRow(database: Database, params: unknown[]): Promise<CreatedRow | undefined> {
-  if (database.pool) {
-    const result = await database.pool.query<CreatedRow>({
-      name: 'create_empty_chat',
-      text: CREATE_EMPTY_CHAT,
-      values: params,
-    });
-    return result.rows[0];
-  }
-  return (await database.query<CreatedRow>(CREATE_EMPTY_CHAT, params)).rows[0];
-}
+const CREATE_STATEMENT = {
+  name: 'create_empty_chat',
+  types: ['int', 'int', 'int', 'int', 'boolean', 'int', 'int'],
+  text: CREATE_EMPTY_CHAT,
+};
 
 /** A chat without a first message and without an agent (`createChat` otherwise). */
 export async function createEmptyChat(ctx: ServiceContext, body: CreateChatBody): Promise<ChatView> {
   const { principal } = ctx;
-  const row = await insertRow(ctx.database, [
+  const row = await preparedRow<CreatedRow>(ctx.database, CREATE_STATEMENT, [
     body.project_id,
     principal.organizationId,
     principal.keyId,

@@ -1,7 +1,7 @@
 import type { ServiceContext } from '../../core/context.js';
-import type { Database } from '../../db/client.js';
 import { notFound } from '../../http/errors.js';
 import { offsetOf, type PageQuery } from '../../http/pagination.js';
+import { preparedRow } from './prepared.js';
 
 /*
  * History (GET /api/v2/chats/:id/messages) in one statement, with PostgreSQL writing the page's
@@ -103,26 +103,16 @@ select
   (select count(*)::int from chat_messages m where m.chat_id = (select id from owned) and ${HISTORY_FILTER}) as total,
   '[' || coalesce((select string_agg(${MESSAGE}, ',' order by m.id) from page m), '') || ']' as messages`;
 
+const HISTORY_STATEMENT = {
+  name: 'history_page',
+  types: ['int', 'int', 'int', 'int', 'int'],
+  text: HISTORY_PAGE,
+};
+
 interface HistoryRow {
   owned: boolean;
   total: number;
   messages: string;
-}
-
-/**
- * On PostgreSQL a named prepared statement: the server parses and plans it once per connection
- * instead of on every request (PostgreSQL shares the machine's cores with the service).
- */
-async function historyRow(database: Database, params: unknown[]): Promise<HistoryRow> {
-  if (database.pool) {
-    const result = await database.pool.query<HistoryRow>({
-      name: 'history_page',
-      text: HISTORY_PAGE,
-      values: params,
-    });
-    return result.rows[0];
-  }
-  return (await database.query<HistoryRow>(HISTORY_PAGE, params)).rows[0];
 }
 
 /** One page of history, oldest first: the messages as JSON text (an array), and the count of all. */
@@ -132,13 +122,13 @@ export async function historyPage(
   query: PageQuery,
 ): Promise<{ messagesJson: string; total: number }> {
   const { principal } = ctx;
-  const row = await historyRow(ctx.database, [
+  const row = await preparedRow<HistoryRow>(ctx.database, HISTORY_STATEMENT, [
     chatId,
     principal.organizationId,
     principal.keyId,
     query.page_size,
     offsetOf(query),
   ]);
-  if (!row.owned) throw notFound('Chat');
+  if (!row?.owned) throw notFound('Chat');
   return { messagesJson: row.messages, total: Number(row.total) };
 }
