@@ -15,7 +15,7 @@ import {
   toolExecutions,
 } from '../../db/schema/index.js';
 import { notFound } from '../../http/errors.js';
-import { offsetOf, type PageQuery } from '../../http/pagination.js';
+import { offsetOf } from '../../http/pagination.js';
 import { usableAgent } from '../../policies/agents.js';
 import { usableProject } from '../../policies/projects.js';
 import type { TurnPlan } from '../../turns/plan.js';
