@@ -83,6 +83,25 @@ describe('the stream hub', () => {
     expect(after.map((r) => r.seq).sort()).toEqual([1, 2]);
   });
 
+  it('a finished stream replays from memory to a late local reader exactly as it went out live', async () => {
+    const publisher = hub(testDb.database, { flushMs: 10_000 });
+    const key = `test:retained-${Math.random()}`;
+    publisher.open(key);
+    const live = collect(publisher, key);
+    await publisher.publish(key, 1, 'content', { content: 'caf\u00e9 \u0000' });
+    await publisher.publish(key, 2, 'tool_start', { tool_call_id: 'c1', parameters: { q: [1, 'two'] } });
+    await publisher.publish(key, 3, 'done', { message: { id: 7, content: 'x' } });
+    const plain = (events: StreamEvent[]) =>
+      events.map((e) => ({ seq: e.seq, name: e.name, data: e.data, json: e.json }));
+    const late = collect(publisher, key);
+    expect(late.ended()).toBe('ended');
+    expect(plain(late.events)).toEqual(plain(live.events));
+    // Only the JSON is kept for a finished stream; `data` is decoded from it when read.
+    expect(Object.keys(late.events[0]!)).not.toContain('data');
+    const middle = collect(publisher, key, 1);
+    expect(middle.events.map((e) => e.seq)).toEqual([2, 3]);
+  });
+
   it('another process is woken by NOTIFY (its poll is far off) and reads the rows in order', async () => {
     const publisher = hub(testDb.database, { flushMs: 20 });
     const remote = hub(other, { pollMs: 60_000 });

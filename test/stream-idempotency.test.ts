@@ -134,7 +134,8 @@ describe('Idempotency-Key on streamed chat requests', () => {
       body: { project_id: org.projectId },
     });
     const chatId = created.body.response.chat.id;
-    server.enqueue({ chunks: words(20), chunkDelayMs: 25 });
+    const chunks = words(20);
+    server.enqueue({ chunks, chunkDelayMs: 25 });
     const url = `/api/v2/chats/${chatId}/messages`;
     const body = { content: 'Hi', stream: true };
     const first = readSse(`${t.baseUrl}${url}`, { key: org.orgKey, body, headers: idem('msg-1') });
@@ -146,7 +147,10 @@ describe('Idempotency-Key on streamed chat requests', () => {
     });
     const original = await first;
     expect(repeat.events).toEqual(original.events);
-    expect(idsOf(repeat.events)).toEqual(range(1, 21));
+    // Tokens may be merged while the process is busy (adaptive coalescing): ids 1, 2, 3... up to
+    // however many events the reply made, the same ones for both readers.
+    expect(idsOf(repeat.events)).toEqual(range(1, original.events.length));
+    expect(streamedText(repeat.events as any)).toBe(chunks.join(''));
     const rows = await t.deps.database.db.select().from(chatMessages).where(eq(chatMessages.chatId, chatId));
     expect(rows.map((r) => r.role)).toEqual(['user', 'assistant']);
     expect(server.chatRequests()).toHaveLength(1);

@@ -98,7 +98,17 @@ export function streamLean(model: LeanModel, options: LeanStreamOptions): TurnMo
           return;
         }
         const result: StepResult = { text: '', toolCalls: [], finishReason: 'other', usage: null };
-        for await (const part of callModel(model, messages, tools, options, result)) yield part;
+        const call = await ModelCall.start(model, messages, tools, options, result);
+        try {
+          for (let parts = await call.next(); parts !== null; parts = await call.next())
+            for (const part of parts) yield part;
+          call.finish();
+        } catch (err) {
+          call.fail(err);
+          throw err;
+        } finally {
+          call.close();
+        }
         total.inputTokens = (total.inputTokens ?? 0) + (result.usage?.inputTokens ?? 0);
         total.outputTokens = (total.outputTokens ?? 0) + (result.usage?.outputTokens ?? 0);
         const calls = result.toolCalls;
@@ -145,107 +155,196 @@ interface StepResult {
   usage: { inputTokens: number; outputTokens: number } | null;
 }
 
-async function* callModel(
-  model: LeanModel,
-  messages: WireMessage[],
-  tools: unknown[] | undefined,
-  options: LeanStreamOptions,
-  result: StepResult,
-): AsyncGenerator<TurnStreamPart> {
-  const body = {
-    model: model.model,
-    messages,
-    ...(tools ? { tools } : {}),
-    stream: true,
-    stream_options: { include_usage: true },
-  };
-  const span = startModelSpan(model.provider, model.model, messages);
-  try {
-    const response = await span.run(() =>
-      retrying(
-        () => post(model, body, options.signal),
-        options.retry ?? DEFAULT_RETRY_POLICY,
-        options.signal,
-      ),
-    );
-    const calls: (WireToolCall | undefined)[] = [];
-    const stream = response.body;
-    stream.setEncoding('utf8');
-    let buffer = '';
-    let failed = false;
+/**
+ * One model call: the request (with the bounded retries), then its SSE body read in flowing mode.
+ * `next()` returns the parts of everything that arrived since the last call (one text delta for
+ * all the content deltas read, see below), `null` at the end. The turn's generator awaits one
+ * promise per read of the socket; no async iterator over the body and no generator of its own,
+ * so a token costs one hop through the generators (docs/decisions.md, "Lean model client").
+ */
+class ModelCall {
+  private readonly calls: (WireToolCall | undefined)[] = [];
+  private buffer = '';
+  /** Text that arrived and was not taken by `next()` yet. */
+  private queued = '';
+  private ended = false;
+  private stopped = false;
+  private failure: unknown = null;
+  private wake: (() => void) | null = null;
+
+  private constructor(
+    private readonly body: ModelResponse['body'],
+    private readonly span: ReturnType<typeof startModelSpan>,
+    private readonly result: StepResult,
+    private readonly onActivity: (() => void) | undefined,
+  ) {
+    body.setEncoding('utf8');
+    body.on('data', (piece: string) => {
+      this.onActivity?.();
+      this.queued = this.queued ? this.queued + piece : piece;
+      // A consumer that stopped taking (a long tool approval cannot happen mid-step, but a stalled
+      // turn could): stop reading until it takes again rather than queue without bound.
+      if (this.queued.length > MAX_QUEUED_CHARS) body.pause();
+      this.notify();
+    });
+    body.on('end', () => {
+      this.ended = true;
+      this.notify();
+    });
+    body.on('error', (err) => {
+      this.failure ??= err;
+      this.notify();
+    });
+    body.on('close', () => {
+      if (!this.ended) this.failure ??= new Error('The model closed its response before its end');
+      this.notify();
+    });
+  }
+
+  static async start(
+    model: LeanModel,
+    messages: WireMessage[],
+    tools: unknown[] | undefined,
+    options: LeanStreamOptions,
+    result: StepResult,
+  ): Promise<ModelCall> {
+    const body = {
+      model: model.model,
+      messages,
+      ...(tools ? { tools } : {}),
+      stream: true,
+      stream_options: { include_usage: true },
+    };
+    const span = startModelSpan(model.provider, model.model, messages);
     try {
-      for await (const piece of stream as AsyncIterable<string>) {
-        options.onActivity?.();
-        buffer = buffer ? buffer + piece : piece;
-        let start = 0;
-        for (let end = buffer.indexOf('\n'); end !== -1; end = buffer.indexOf('\n', start)) {
-          const line = buffer.slice(start, end);
-          start = end + 1;
-          if (!line.startsWith('data:')) continue;
-          const data = line.charCodeAt(5) === 32 ? line.slice(6) : line.slice(5);
-          const payload = data.endsWith('\r') ? data.slice(0, -1) : data;
-          if (payload === '[DONE]') continue;
-          let chunk: any;
-          try {
-            chunk = JSON.parse(payload);
-          } catch (err) {
-            yield { type: 'error', error: err };
-            failed = true;
-            break;
-          }
-          if (chunk.error) {
-            span.fail(chunk.error);
-            yield { type: 'error', error: chunk.error };
-            failed = true;
-            break;
-          }
-          if (chunk.model) span.responseModel(chunk.model);
-          if (chunk.usage) {
-            result.usage = {
-              inputTokens: chunk.usage.prompt_tokens ?? 0,
-              outputTokens: chunk.usage.completion_tokens ?? 0,
-            };
-          }
-          const choice = chunk.choices?.[0];
-          if (!choice) continue;
-          if (choice.finish_reason) result.finishReason = finishReasonOf(choice.finish_reason);
-          const delta = choice.delta;
-          if (!delta) continue;
-          if (typeof delta.content === 'string' && delta.content.length > 0) {
-            result.text += delta.content;
-            yield { type: 'text-delta', text: delta.content };
-          }
-          if (Array.isArray(delta.tool_calls)) {
-            for (const part of delta.tool_calls) {
-              const index = part.index ?? calls.length;
-              let call = calls[index];
-              if (!call) {
-                call = { id: '', name: '', arguments: '' };
-                calls[index] = call;
-              }
-              if (part.id) call.id = part.id;
-              if (part.function?.name) call.name += part.function.name;
-              if (part.function?.arguments) call.arguments += part.function.arguments;
-            }
-          }
-        }
-        buffer = start === buffer.length ? '' : buffer.slice(start);
-        if (failed) break;
-      }
-    } finally {
-      // Stops reading (a failure, an abort, or the consumer stopping): the connection is dropped.
-      if (!stream.readableEnded) stream.destroy();
+      const response = await span.run(() =>
+        retrying(
+          () => post(model, body, options.signal),
+          options.retry ?? DEFAULT_RETRY_POLICY,
+          options.signal,
+        ),
+      );
+      return new ModelCall(response.body, span, result, options.onActivity);
+    } catch (err) {
+      span.fail(err);
+      span.end();
+      throw err;
     }
-    result.toolCalls = calls.filter((c): c is WireToolCall => c !== undefined && c.name !== '');
+  }
+
+  /** The parts of what arrived since the last call (waiting for something), `null` at the end. */
+  async next(): Promise<TurnStreamPart[] | null> {
+    for (;;) {
+      if (this.stopped) return null;
+      if (this.queued) return this.parse();
+      if (this.failure !== null) throw this.failure;
+      if (this.ended) return null;
+      await new Promise<void>((resolve) => {
+        this.wake = resolve;
+      });
+    }
+  }
+
+  /** The step's end: tool calls and the span's result. */
+  finish(): void {
+    const { result } = this;
+    result.toolCalls = this.calls.filter((c): c is WireToolCall => c !== undefined && c.name !== '');
     for (const call of result.toolCalls) call.id ||= `call_${Math.random().toString(36).slice(2, 12)}`;
-    span.finished(result.usage, result.finishReason, result.text);
-  } catch (err) {
-    span.fail(err);
-    throw err;
-  } finally {
-    span.end();
+    this.span.finished(result.usage, result.finishReason, result.text);
+  }
+
+  fail(err: unknown): void {
+    this.span.fail(err);
+  }
+
+  /** Stops reading (a failure, an abort, or the consumer stopping): the connection is dropped. */
+  close(): void {
+    this.stopped = true;
+    if (!this.body.readableEnded) this.body.destroy();
+    this.span.end();
+  }
+
+  private notify(): void {
+    const wake = this.wake;
+    this.wake = null;
+    wake?.();
+  }
+
+  /**
+   * Parses the complete lines of what arrived. The text of every chunk in it is returned as one
+   * delta: one hop through the generators and the runner per read, not per token.
+   */
+  private parse(): TurnStreamPart[] {
+    const { result, span, calls } = this;
+    const buffer = this.buffer ? this.buffer + this.queued : this.queued;
+    this.queued = '';
+    if (this.body.isPaused()) this.body.resume();
+    let text = '';
+    let error: unknown = null;
+    let start = 0;
+    for (let end = buffer.indexOf('\n'); end !== -1; end = buffer.indexOf('\n', start)) {
+      const line = buffer.slice(start, end);
+      start = end + 1;
+      if (!line.startsWith('data:')) continue;
+      const data = line.charCodeAt(5) === 32 ? line.slice(6) : line.slice(5);
+      const payload = data.endsWith('\r') ? data.slice(0, -1) : data;
+      if (payload === '[DONE]') continue;
+      let chunk: any;
+      try {
+        chunk = JSON.parse(payload);
+      } catch (err) {
+        error = err;
+        break;
+      }
+      if (chunk.error) {
+        span.fail(chunk.error);
+        error = chunk.error;
+        break;
+      }
+      if (chunk.model) span.responseModel(chunk.model);
+      if (chunk.usage) {
+        result.usage = {
+          inputTokens: chunk.usage.prompt_tokens ?? 0,
+          outputTokens: chunk.usage.completion_tokens ?? 0,
+        };
+      }
+      const choice = chunk.choices?.[0];
+      if (!choice) continue;
+      if (choice.finish_reason) result.finishReason = finishReasonOf(choice.finish_reason);
+      const delta = choice.delta;
+      if (!delta) continue;
+      if (typeof delta.content === 'string' && delta.content.length > 0) text += delta.content;
+      if (Array.isArray(delta.tool_calls)) {
+        for (const part of delta.tool_calls) {
+          const index = part.index ?? calls.length;
+          let call = calls[index];
+          if (!call) {
+            call = { id: '', name: '', arguments: '' };
+            calls[index] = call;
+          }
+          if (part.id) call.id = part.id;
+          if (part.function?.name) call.name += part.function.name;
+          if (part.function?.arguments) call.arguments += part.function.arguments;
+        }
+      }
+    }
+    this.buffer = start === buffer.length ? '' : buffer.slice(start);
+    const parts: TurnStreamPart[] = [];
+    if (text) {
+      result.text += text;
+      parts.push({ type: 'text-delta', text });
+    }
+    if (error !== null) {
+      parts.push({ type: 'error', error });
+      // Nothing after an error is read: the step ends there.
+      this.stopped = true;
+    }
+    return parts;
   }
 }
+
+/** Text received and not yet parsed beyond which reading pauses (see ModelCall). */
+const MAX_QUEUED_CHARS = 1 << 20;
 
 type ModelResponse = Dispatcher.ResponseData;
 

@@ -1,43 +1,199 @@
+import { performance } from 'node:perf_hooks';
+
 /**
- * Adaptive coalescing of a stream's text deltas (issue 14): a delta is published at once when
- * none was published in the current turn of the event loop, so an idle process sends every token
- * as it comes and the first token is never held back. Deltas that arrive after one was published
- * and before the event loop came round (`setImmediate`: the process is busy, or the model sent
- * several in one read) are merged into the next `content` event. So events are numbered, sent and
- * stored at one granularity: what a client reads live is what a reattaching client replays.
+ * Adaptive coalescing of a stream's text deltas (issue 14, docs/decisions.md "Adaptive coalescing
+ * of content deltas").
+ *
+ * - Idle process: a delta is published at once, unless one was published in the current turn of
+ *   the event loop (the model sent several in one read); those are merged into one event when the
+ *   loop comes round (`setImmediate`). So every token goes out as it comes.
+ * - Busy process (event-loop utilization high, see `EventLoopLoad`): a stream publishes at most
+ *   one `content` event per window (20 to 50 ms, longer the busier): a delta arriving sooner after
+ *   the stream's last event is held, merged with the ones after it, and published by one timer
+ *   shared by every stream (`CoalescingScheduler`), not a timer per stream. Each event then costs
+ *   one SSE write per reader and one stored row for several tokens.
+ * - The first delta of a stream is never held; any other event of the stream first publishes what
+ *   is held (`flush`), so the order stays the model's.
+ *
+ * Merging happens before events are numbered, so what is sent live, stored and replayed on
+ * reattach (Last-Event-ID) is one sequence of events: same ids, same contents.
  */
 export class ContentCoalescer {
   private buffered = '';
-  private windowOpen = false;
+  /** A `setImmediate` is pending: deltas until then are merged (idle mode). */
+  private turnOpen = false;
+  /** Registered with the scheduler's shared timer (busy mode). */
+  private held = false;
+  private lastEmitAt = Number.NEGATIVE_INFINITY;
 
-  constructor(private readonly emit: (text: string) => void) {}
+  constructor(
+    private readonly emit: (text: string) => void,
+    private readonly scheduler: CoalescingScheduler = defaultScheduler(),
+  ) {}
 
-  /** Publishes `text` now, or merges it into the delta published when the event loop comes round. */
+  /** Publishes `text` now, or merges it into an event published shortly. */
   push(text: string): void {
-    if (this.windowOpen) {
+    if (this.turnOpen || this.held) {
       this.buffered += text;
       return;
     }
-    this.open();
-    this.emit(text);
+    const now = this.scheduler.now();
+    const window = this.scheduler.windowMs(now);
+    if (window === 0) {
+      this.openTurn();
+      this.publish(text, now);
+    } else if (now - this.lastEmitAt >= window) {
+      this.publish(text, now);
+    } else {
+      this.buffered = text;
+      this.held = true;
+      this.scheduler.hold(this, window);
+    }
   }
 
   /** Publishes what is merged now (before any other event of the stream, so order is kept). */
   flush(): void {
+    if (this.held) {
+      this.held = false;
+      this.scheduler.release(this);
+    }
     if (!this.buffered) return;
     const text = this.buffered;
     this.buffered = '';
+    this.publish(text, this.scheduler.now());
+  }
+
+  private publish(text: string, now: number): void {
+    this.lastEmitAt = now;
     this.emit(text);
   }
 
-  private open(): void {
-    this.windowOpen = true;
+  private openTurn(): void {
+    this.turnOpen = true;
     setImmediate(() => {
-      this.windowOpen = false;
+      this.turnOpen = false;
       if (!this.buffered) return;
       // Something merged: publish it, and keep merging until a turn of the loop brings nothing.
-      this.open();
+      this.openTurn();
       this.flush();
     });
   }
+}
+
+/** How long a busy process holds a stream's deltas; 0 when it is idle. */
+export interface LoadSignal {
+  windowMs(now: number): number;
+}
+
+export interface EventLoopLoadOptions {
+  /** How often utilization is measured (lazily, on a delta: no timer). */
+  sampleMs: number;
+  /** Utilization at which the process counts as busy... */
+  busyAt: number;
+  /** ...and below which it counts as idle again (hysteresis: merging lowers the load it measures). */
+  idleBelow: number;
+  minWindowMs: number;
+  maxWindowMs: number;
+}
+
+export const DEFAULT_EVENT_LOOP_LOAD: EventLoopLoadOptions = {
+  sampleMs: 100,
+  busyAt: 0.5,
+  idleBelow: 0.3,
+  minWindowMs: 20,
+  maxWindowMs: 50,
+};
+
+/**
+ * The process's load as event-loop utilization (`performance.eventLoopUtilization`): the share
+ * of time the loop was running code rather than waiting for I/O, over the last sample period. It
+ * counts every kind of work (streams, queries, other requests) and also time the process had work
+ * but not the CPU (a shared core), which delays tokens as much. Sampled when asked, at most every
+ * `sampleMs`; after a quiet spell the sample covers the whole spell and reads idle.
+ */
+export class EventLoopLoad implements LoadSignal {
+  private readonly options: EventLoopLoadOptions;
+  private last = performance.eventLoopUtilization();
+  private sampledAt = Number.NEGATIVE_INFINITY;
+  private busy = false;
+  private window = 0;
+
+  constructor(options: Partial<EventLoopLoadOptions> = {}) {
+    this.options = { ...DEFAULT_EVENT_LOOP_LOAD, ...options };
+  }
+
+  windowMs(now: number): number {
+    if (now - this.sampledAt < this.options.sampleMs) return this.window;
+    const current = performance.eventLoopUtilization();
+    const utilization = performance.eventLoopUtilization(current, this.last).utilization;
+    this.last = current;
+    this.sampledAt = now;
+    this.window = this.windowFor(utilization);
+    return this.window;
+  }
+
+  /** The window for a measured utilization: 0 when idle, from min to max between idle and saturated. */
+  windowFor(utilization: number): number {
+    const { busyAt, idleBelow, minWindowMs, maxWindowMs } = this.options;
+    this.busy = this.busy ? utilization >= idleBelow : utilization >= busyAt;
+    if (!this.busy) return 0;
+    const share = Math.min(1, Math.max(0, (utilization - idleBelow) / (1 - idleBelow)));
+    return Math.round(minWindowMs + share * (maxWindowMs - minWindowMs));
+  }
+}
+
+/**
+ * Publishes the held deltas of every stream from one timer: armed when the first stream is held,
+ * it fires after that stream's window and publishes every stream held by then (a stream held
+ * later waits less, never more).
+ */
+export class CoalescingScheduler {
+  private held = new Set<ContentCoalescer>();
+  private timer: NodeJS.Timeout | null = null;
+
+  constructor(
+    private readonly load: LoadSignal = new EventLoopLoad(),
+    readonly now: () => number = () => performance.now(),
+  ) {}
+
+  windowMs(now: number): number {
+    return this.load.windowMs(now);
+  }
+
+  hold(coalescer: ContentCoalescer, windowMs: number): void {
+    this.held.add(coalescer);
+    if (this.timer) return;
+    this.timer = setTimeout(() => this.flushAll(), windowMs);
+    // A held delta must not keep a process alive that has nothing else to do.
+    this.timer.unref();
+  }
+
+  release(coalescer: ContentCoalescer): void {
+    this.held.delete(coalescer);
+  }
+
+  /** How many streams are waiting for the timer (tests). */
+  get size(): number {
+    return this.held.size;
+  }
+
+  private flushAll(): void {
+    this.timer = null;
+    const held = this.held;
+    this.held = new Set();
+    for (const coalescer of held) {
+      try {
+        coalescer.flush();
+      } catch {
+        // One stream's throwing publish must not leave the other streams' deltas held forever.
+      }
+    }
+  }
+}
+
+let shared: CoalescingScheduler | null = null;
+
+function defaultScheduler(): CoalescingScheduler {
+  shared ??= new CoalescingScheduler();
+  return shared;
 }

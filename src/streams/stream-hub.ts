@@ -78,6 +78,19 @@ interface LocalStream {
   expiry?: NodeJS.Timeout;
 }
 
+/** An event of a finished stream kept in memory: its JSON, and `data` decoded when asked. */
+class RetainedEvent implements StreamEvent {
+  constructor(
+    readonly seq: number,
+    readonly name: string,
+    readonly json: string,
+  ) {}
+
+  get data(): unknown {
+    return JSON.parse(this.json);
+  }
+}
+
 interface PendingEvent {
   key: string;
   seq: number;
@@ -165,6 +178,9 @@ export class StreamHub {
     stream.ended = true;
     for (const listener of [...stream.listeners]) this.end(listener, 'ended');
     stream.listeners.clear();
+    // Kept for late local readers only: the JSON is all the SSE relay needs, and `data` is decoded
+    // from it for the rare reader that wants it, so a finished stream holds one copy of each event.
+    stream.events = stream.events.map((e) => new RetainedEvent(e.seq, e.name, e.json!));
     stream.expiry = setTimeout(() => this.local.delete(key), this.options.retainLocalMs);
     stream.expiry.unref();
     return this.flush();

@@ -1,0 +1,164 @@
+import { setImmediate as nextTurn } from 'node:timers/promises';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import {
+  CoalescingScheduler,
+  ContentCoalescer,
+  EventLoopLoad,
+  type LoadSignal,
+} from '../src/streams/coalescer.js';
+import { sleep } from './streams-support.js';
+
+/** A load signal the test sets: the window a busy process would use, 0 for idle. */
+class FixedLoad implements LoadSignal {
+  constructor(public window = 0) {}
+  windowMs(): number {
+    return this.window;
+  }
+}
+
+function stream(scheduler: CoalescingScheduler) {
+  const events: { text: string; at: number }[] = [];
+  const coalescer = new ContentCoalescer((text) => events.push({ text, at: performance.now() }), scheduler);
+  return { events, coalescer, texts: () => events.map((e) => e.text) };
+}
+
+afterEach(() => {
+  vi.restoreAllMocks();
+});
+
+describe('content coalescer, idle process', () => {
+  it('publishes each delta at once when they arrive in separate turns of the event loop', async () => {
+    const { coalescer, texts } = stream(new CoalescingScheduler(new FixedLoad(0)));
+    for (const token of ['Hel', 'lo', ' there']) {
+      coalescer.push(token);
+      // Published synchronously, before anything else runs.
+      expect(texts().at(-1)).toBe(token);
+      await nextTurn();
+      await nextTurn();
+    }
+    expect(texts()).toEqual(['Hel', 'lo', ' there']);
+  });
+
+  it('merges deltas of one turn (one read of the model) after publishing the first at once', async () => {
+    const { coalescer, texts } = stream(new CoalescingScheduler(new FixedLoad(0)));
+    coalescer.push('a');
+    coalescer.push('b');
+    coalescer.push('c');
+    expect(texts()).toEqual(['a']);
+    await nextTurn();
+    expect(texts()).toEqual(['a', 'bc']);
+  });
+});
+
+describe('content coalescer, busy process', () => {
+  it('never holds the first delta, then publishes one event per window from the shared timer', async () => {
+    const scheduler = new CoalescingScheduler(new FixedLoad(40));
+    const { coalescer, events, texts } = stream(scheduler);
+    const started = performance.now();
+    coalescer.push('first');
+    expect(texts()).toEqual(['first']);
+    coalescer.push(' second');
+    // Not published when the loop comes round either (that is the idle mode's merging).
+    await nextTurn();
+    await nextTurn();
+    expect(texts()).toEqual(['first']);
+    await sleep(5);
+    coalescer.push(' third');
+    // Held, not lost and not published yet.
+    expect(texts()).toEqual(['first']);
+    expect(scheduler.size).toBe(1);
+    await sleep(80);
+    expect(texts()).toEqual(['first', ' second third']);
+    expect(scheduler.size).toBe(0);
+    // The held text went out about one window after it was held, not much later.
+    const delay = events[1]!.at - started;
+    expect(delay).toBeGreaterThanOrEqual(35);
+    expect(delay).toBeLessThan(200);
+  });
+
+  it('publishes at once again when the stream published nothing for a whole window', async () => {
+    const { coalescer, texts } = stream(new CoalescingScheduler(new FixedLoad(20)));
+    coalescer.push('a');
+    await sleep(40);
+    coalescer.push('b');
+    expect(texts()).toEqual(['a', 'b']);
+  });
+
+  it('flush publishes what is held at once, in order, and the timer adds nothing after it', async () => {
+    const scheduler = new CoalescingScheduler(new FixedLoad(30));
+    const { coalescer, texts } = stream(scheduler);
+    coalescer.push('a');
+    await nextTurn();
+    coalescer.push('b');
+    coalescer.push('c');
+    expect(texts()).toEqual(['a']);
+    coalescer.flush();
+    expect(texts()).toEqual(['a', 'bc']);
+    expect(scheduler.size).toBe(0);
+    await sleep(60);
+    expect(texts()).toEqual(['a', 'bc']);
+    coalescer.flush();
+    expect(texts()).toEqual(['a', 'bc']);
+  });
+
+  it('flushes every held stream from one timer', async () => {
+    const scheduler = new CoalescingScheduler(new FixedLoad(30));
+    const streams = Array.from({ length: 50 }, () => stream(scheduler));
+    for (const s of streams) s.coalescer.push('x');
+    await nextTurn();
+    const timers = vi.spyOn(globalThis, 'setTimeout');
+    for (const s of streams) s.coalescer.push('y');
+    for (const s of streams) s.coalescer.push('z');
+    expect(timers).toHaveBeenCalledTimes(1);
+    expect(scheduler.size).toBe(50);
+    await sleep(60);
+    for (const s of streams) expect(s.texts()).toEqual(['x', 'yz']);
+    // The 50 held events went out in the same timer callback.
+    const times = streams.map((s) => s.events[1]!.at);
+    expect(Math.max(...times) - Math.min(...times)).toBeLessThan(10);
+  });
+
+  it('keeps the text exact across idle and busy spells', async () => {
+    const load = new FixedLoad(0);
+    const { coalescer, texts } = stream(new CoalescingScheduler(load));
+    const tokens = Array.from({ length: 60 }, (_, i) => `t${i} `);
+    for (const [i, token] of tokens.entries()) {
+      load.window = Math.floor(i / 10) % 2 === 0 ? 0 : 15;
+      coalescer.push(token);
+      if (i % 3 === 0) await sleep(4);
+    }
+    coalescer.flush();
+    await sleep(40);
+    expect(texts().join('')).toBe(tokens.join(''));
+    // Busy spells merged something.
+    expect(texts().length).toBeLessThan(tokens.length);
+  });
+});
+
+describe('event-loop load', () => {
+  it('turns busy above busyAt and idle again only below idleBelow, the window growing with load', () => {
+    const load = new EventLoopLoad({ busyAt: 0.5, idleBelow: 0.3, minWindowMs: 20, maxWindowMs: 50 });
+    expect(load.windowFor(0.2)).toBe(0);
+    expect(load.windowFor(0.45)).toBe(0);
+    const busy = load.windowFor(0.6);
+    expect(busy).toBeGreaterThanOrEqual(20);
+    // Still busy between the thresholds (merging lowers the load it measures).
+    expect(load.windowFor(0.4)).toBeGreaterThanOrEqual(20);
+    expect(load.windowFor(1)).toBe(50);
+    expect(load.windowFor(0.9)).toBeLessThan(50);
+    expect(load.windowFor(0.25)).toBe(0);
+    expect(load.windowFor(0.4)).toBe(0);
+  });
+
+  it('reads a spinning event loop as busy and a waiting one as idle', async () => {
+    const load = new EventLoopLoad({ sampleMs: 50 });
+    load.windowMs(performance.now());
+    const spinUntil = performance.now() + 150;
+    while (performance.now() < spinUntil) {
+      // Busy: the loop runs code the whole time.
+    }
+    expect(load.windowMs(performance.now())).toBeGreaterThan(0);
+    await sleep(400);
+    expect(load.windowMs(performance.now())).toBe(0);
+  });
+});

@@ -1,0 +1,95 @@
+/**
+ * The lean model client yields one text delta per read of the model's response (every content
+ * delta parsed from that read, concatenated), not one per SSE line: one hop through the
+ * generators and the turn runner per read. Order against errors and the step's end is kept.
+ */
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Agent } from 'undici';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type LeanModel, streamLean, type TurnStreamPart } from '../src/llm/lean-client.js';
+import { sleep } from './streams-support.js';
+
+const chunk = (data: unknown) => `data: ${JSON.stringify(data)}\n\n`;
+const content = (text: string) => chunk({ model: 'm', choices: [{ index: 0, delta: { content: text } }] });
+const finish = chunk({ choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] });
+const usage = chunk({ choices: [], usage: { prompt_tokens: 3, completion_tokens: 4 } });
+const done = 'data: [DONE]\n\n';
+
+/** What the server writes, one `write` per entry, 40 ms apart (so each is a read of its own). */
+let writes: string[] = [];
+let server: http.Server;
+let model: LeanModel;
+const agent = new Agent();
+
+beforeAll(async () => {
+  server = http.createServer((req, res) => {
+    req.resume();
+    req.on('end', async () => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      for (const [i, piece] of writes.entries()) {
+        if (i > 0) await sleep(40);
+        res.write(piece);
+      }
+      res.end();
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  model = {
+    provider: 'openai-compatible',
+    model: 'm',
+    url: `http://127.0.0.1:${port}/v1/chat/completions`,
+    headers: { 'content-type': 'application/json' },
+    dispatcher: () => agent,
+  };
+});
+afterAll(async () => {
+  await agent.close();
+  await new Promise((resolve) => server.close(resolve));
+});
+
+async function parts(): Promise<{ parts: TurnStreamPart[]; usage: unknown }> {
+  const stream = streamLean(model, {
+    system: '',
+    messages: [{ role: 'user', content: 'Hi' }],
+    tools: {},
+    maxSteps: 1,
+    signal: new AbortController().signal,
+    retry: { retries: 0, delaysMs: [1], maxDelayMs: 1 },
+  });
+  const out: TurnStreamPart[] = [];
+  for await (const part of stream.fullStream) out.push(part);
+  return { parts: out, usage: await stream.totalUsage };
+}
+
+describe('lean client reads', () => {
+  it('yields the content deltas of one read as one text delta, in order', async () => {
+    writes = [
+      content('Hel') + content('lo'),
+      [content(' there'), content('!'), finish, usage, done].join(''),
+    ];
+    const { parts: out, usage: total } = await parts();
+    expect(out.filter((p) => p.type === 'text-delta').map((p) => (p as { text: string }).text)).toEqual([
+      'Hello',
+      ' there!',
+    ]);
+    expect(out.at(-1)).toMatchObject({ type: 'finish-step', finishReason: 'stop' });
+    expect(total).toEqual({ inputTokens: 3, outputTokens: 4 });
+  });
+
+  it('yields the text read before an error chunk, then the error, and stops', async () => {
+    writes = [content('a') + content('b') + chunk({ error: { message: 'boom' } }) + content('never')];
+    const { parts: out } = await parts();
+    expect(out.map((p) => p.type)).toEqual(['text-delta', 'error', 'finish-step']);
+    expect(out[0]).toEqual({ type: 'text-delta', text: 'ab' });
+    expect(out[1]).toMatchObject({ error: { message: 'boom' } });
+  });
+
+  it('keeps a chunk split across two reads whole', async () => {
+    const whole = [content('split'), finish, done].join('');
+    writes = [whole.slice(0, 20), whole.slice(20)];
+    const { parts: out } = await parts();
+    expect(out.filter((p) => p.type === 'text-delta')).toEqual([{ type: 'text-delta', text: 'split' }]);
+  });
+});
