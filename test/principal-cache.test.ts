@@ -5,7 +5,7 @@
  */
 import { sql } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { PRINCIPALS_CHANNEL } from '../src/core/principal-cache.js';
+import { PRINCIPALS_CHANNEL, PrincipalCache } from '../src/core/principal-cache.js';
 import { Notifier } from '../src/streams/notifier.js';
 import { buildTestApp, call, createMember, createOrg, expectStatus, type TestApp } from './helpers/app.js';
 import { type SecondProcess, sleep, startSecondProcess } from './streams-support.js';
@@ -104,5 +104,59 @@ describe('the principal cache', () => {
     } finally {
       await notifier.close();
     }
+  });
+});
+
+describe('PrincipalCache loads', () => {
+  /** A load the test finishes by hand, counting how many were started. */
+  function loads() {
+    const started: ((value: string | null) => void)[] = [];
+    return {
+      started,
+      load: () => new Promise<string | null>((resolve) => started.push(resolve)),
+    };
+  }
+
+  it('concurrent misses of one key share one read, and the result is cached', async () => {
+    const cache = new PrincipalCache<string>({});
+    const { started, load } = loads();
+    const waiting = Array.from({ length: 50 }, () => cache.resolve('k', load));
+    expect(started).toHaveLength(1);
+    started[0]('row');
+    expect(await Promise.all(waiting)).toEqual(Array(50).fill('row'));
+    expect(await cache.resolve('k', load)).toBe('row');
+    expect(started).toHaveLength(1);
+    cache.close();
+  });
+
+  it('a miss after a change does not join a read begun before it, and that read is not cached', async () => {
+    const cache = new PrincipalCache<string>({});
+    const { started, load } = loads();
+    const before = cache.resolve('k', load);
+    cache.clear();
+    const after = cache.resolve('k', load);
+    expect(started).toHaveLength(2);
+    started[0]('stale');
+    started[1]('fresh');
+    expect(await before).toBe('stale');
+    expect(await after).toBe('fresh');
+    expect(await cache.resolve('k', load)).toBe('fresh');
+    expect(started).toHaveLength(2);
+    cache.close();
+  });
+
+  it('an unknown key (null) and a failed read are not cached', async () => {
+    const cache = new PrincipalCache<string>({});
+    const { started, load } = loads();
+    const first = cache.resolve('k', load);
+    started[0](null);
+    expect(await first).toBeNull();
+    const failing = cache.resolve('k', () => Promise.reject(new Error('down')));
+    await expect(failing).rejects.toThrow('down');
+    const third = cache.resolve('k', load);
+    expect(started).toHaveLength(2);
+    started[1]('row');
+    expect(await third).toBe('row');
+    cache.close();
   });
 });

@@ -31,6 +31,8 @@ interface Entry<T> {
 export class PrincipalCache<T> {
   private static readonly MAX = 10_000;
   private readonly entries = new Map<string, Entry<T>>();
+  /** Loads under way: concurrent misses of one key (all 50 requests in flight when it expires) share one read. */
+  private readonly loading = new Map<string, Promise<T | null>>();
   private generation = 0;
 
   constructor(
@@ -56,22 +58,40 @@ export class PrincipalCache<T> {
     return entry.value;
   }
 
-  /** Reads through `load` on a miss; a `null` (unknown or revoked key) is never cached. */
-  async resolve(key: string, load: () => Promise<T | null>): Promise<T | null> {
+  /**
+   * Reads through `load` on a miss; a `null` (unknown or revoked key) is never cached. A miss
+   * joins a load of the same key already under way, unless a change came after that load began
+   * (`clear` forgets loads under way, so no request after a change gets a read from before it).
+   */
+  resolve(key: string, load: () => Promise<T | null>): Promise<T | null> | T {
     const cached = this.get(key);
     if (cached !== undefined) return cached;
+    const pending = this.loading.get(key);
+    if (pending) return pending;
     const generation = this.generation;
-    const value = await load();
-    if (value !== null && generation === this.generation) {
-      if (this.entries.size >= PrincipalCache.MAX) this.entries.clear();
-      this.entries.set(key, { value, expiresAt: performance.now() + this.ttlMs });
-    }
-    return value;
+    const loaded = load().then(
+      (value) => {
+        if (generation !== this.generation) return value;
+        this.loading.delete(key);
+        if (value !== null) {
+          if (this.entries.size >= PrincipalCache.MAX) this.entries.clear();
+          this.entries.set(key, { value, expiresAt: performance.now() + this.ttlMs });
+        }
+        return value;
+      },
+      (err) => {
+        if (generation === this.generation) this.loading.delete(key);
+        throw err;
+      },
+    );
+    this.loading.set(key, loaded);
+    return loaded;
   }
 
   clear(): void {
     this.generation += 1;
     this.entries.clear();
+    this.loading.clear();
   }
 
   close(): void {

@@ -2,6 +2,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { contextOf } from '../../http/context.js';
 import { badRequest } from '../../http/errors.js';
+import { sendJsonText } from '../../http/json-text.js';
 import { PageQuery, pagination } from '../../http/pagination.js';
 import { IdParams, ok, V2Error, v2Responses } from '../../http/schemas.js';
 import { requestArrival } from '../../telemetry/turn-timing.js';
@@ -10,8 +11,9 @@ import { watchPauses } from '../../turns/turn-stops.js';
 import { turnStops } from './approvals-routes.js';
 import { ATTACHMENT_BODY_LIMIT, prepareAttachments } from './attachments.js';
 import { sendWhenBusy } from './busy-http.js';
+import { historyPage } from './history-page.js';
 import { BusyChatError, MessageCreated, MessageList, SendMessageBody } from './schemas.js';
-import { listMessages, prepareTurn } from './service.js';
+import { prepareTurn } from './service.js';
 import { awaitTurn, reattachRepeat, STREAM_NOTE, streamTurn } from './turn-http.js';
 import { requireContent } from './validation.js';
 
@@ -93,9 +95,14 @@ export async function messageRoutes(parent: FastifyInstance): Promise<void> {
         response: v2Responses({ 200: ok(MessageList) }),
       },
     },
-    async (request) => {
-      const { messages, total } = await listMessages(contextOf(request), request.params.id, request.query);
-      return { status: 'ok' as const, response: { messages, pagination: pagination(request.query, total) } };
+    async (request, reply) => {
+      const { messagesJson, total } = await historyPage(contextOf(request), request.params.id, request.query);
+      // PostgreSQL wrote the messages' JSON (history-page.ts): sent as text, past the serializer.
+      const page = JSON.stringify(pagination(request.query, total));
+      return sendJsonText(
+        reply,
+        `{"status":"ok","response":{"messages":${messagesJson},"pagination":${page}}}`,
+      );
     },
   );
 }

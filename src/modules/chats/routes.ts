@@ -11,6 +11,7 @@ import { watchPauses } from '../../turns/turn-stops.js';
 import { approvalRoutes, turnStops } from './approvals-routes.js';
 import { attachmentRoutes } from './attachment-routes.js';
 import { ATTACHMENT_BODY_LIMIT, prepareAttachments } from './attachments.js';
+import { createEmptyChat } from './create-empty.js';
 import { messageRoutes } from './messages-routes.js';
 import { presentChat } from './presenter.js';
 import { queueRoutes } from './queue-routes.js';
@@ -67,6 +68,11 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
           request.idempotencyStreamAfter,
         );
         return reply;
+      }
+      if (body.content === undefined && body.agent_id === undefined) {
+        // The common empty chat: one statement (create-empty.ts).
+        reply.status(201);
+        return { status: 'ok' as const, response: { chat: await createEmptyChat(ctx, body) } };
       }
       // Checked before the chat exists, so a refused attachment creates nothing.
       const attachments = await prepareAttachments(ctx, body.project_id, body.attachments);

@@ -13,7 +13,7 @@ import {
   toolExecutions,
 } from '../../db/schema/index.js';
 import { notFound } from '../../http/errors.js';
-import { offsetOf, type PageQuery } from '../../http/pagination.js';
+import { offsetOf } from '../../http/pagination.js';
 import { agentAccessDenied, usableAgent } from '../../policies/agents.js';
 import { checkUsableProject, usableProject } from '../../policies/projects.js';
 import { loadPlanRows, type TurnPlan } from '../../turns/plan.js';
@@ -197,25 +197,4 @@ export async function messageView(db: Queryable, messageId: number): Promise<Mes
   if (!row) throw notFound('Message');
   const [view] = await presentMessages(db, [row]);
   return view;
-}
-
-/** History, oldest first. */
-export async function listMessages(ctx: ServiceContext, chatId: number, query: PageQuery) {
-  const where = and(eq(chatMessages.chatId, chatId), historyMessage);
-  // The ownership check runs alongside the page: nothing is returned unless it passes (404).
-  const [owned, page, counted] = await Promise.allSettled([
-    findChat(ctx, chatId),
-    ctx.db
-      .select()
-      .from(chatMessages)
-      .where(where)
-      .orderBy(asc(chatMessages.id))
-      .limit(query.page_size)
-      .offset(offsetOf(query)),
-    ctx.db.select({ total: count() }).from(chatMessages).where(where),
-  ]);
-  if (owned.status === 'rejected') throw owned.reason;
-  if (page.status === 'rejected') throw page.reason;
-  if (counted.status === 'rejected') throw counted.reason;
-  return { messages: await presentMessages(ctx.db, page.value), total: counted.value[0].total };
 }
