@@ -1,8 +1,8 @@
 import { mkdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { PGlite } from '@electric-sql/pglite';
+import { PGlite, types as pgliteTypes } from '@electric-sql/pglite';
 import { vector } from '@electric-sql/pglite-pgvector';
-import { sql } from 'drizzle-orm';
+import { type Column, getTableColumns, sql, type Table } from 'drizzle-orm';
 import { drizzle as drizzlePg } from 'drizzle-orm/node-postgres';
 import { migrate as migratePg } from 'drizzle-orm/node-postgres/migrator';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
@@ -49,6 +49,52 @@ pg.types.setTypeParser(pg.types.builtins.TIMESTAMP, (v) => v);
 pg.types.setTypeParser(pg.types.builtins.INT8, (v) => Number(v));
 pg.types.setTypeParser(pg.types.builtins.NUMERIC, (v) => Number(v));
 
+const asText = (value: string) => value;
+/** `query` answers alike on both backends: the type parsers set for pg above, on PGlite. */
+const PGLITE_PARSERS = {
+  [pgliteTypes.TIMESTAMPTZ]: asText,
+  [pgliteTypes.TIMESTAMP]: asText,
+  [pgliteTypes.DATE]: asText,
+  [pgliteTypes.INTERVAL]: asText,
+  [pgliteTypes.INT8]: (value: string) => Number(value),
+  [pgliteTypes.NUMERIC]: (value: string) => Number(value),
+};
+
+/**
+ * Hand-written SQL that returns whole rows of a Drizzle table (the turn's hot path, issue 14:
+ * Drizzle's query building costs more CPU than the statement): `selectList` names the columns,
+ * each as `<prefix><column name>`, and `rowOf` maps a result row back to the table's row type
+ * with the columns' own driver mappings, so the row equals what `db.select().from(table)` gives.
+ */
+export function selectList(table: Table, alias: string, prefix = ''): string {
+  return columnsOf(table)
+    .map(([, column]) => `${alias}."${column.name}" as "${prefix}${column.name}"`)
+    .join(', ');
+}
+
+export function rowOf<T extends Table>(
+  table: T,
+  raw: Record<string, unknown>,
+  prefix = '',
+): T['$inferSelect'] {
+  const row: Record<string, unknown> = {};
+  for (const [key, column] of columnsOf(table)) {
+    const value = raw[prefix + column.name];
+    row[key] = value === null || value === undefined ? null : column.mapFromDriverValue(value);
+  }
+  return row as T['$inferSelect'];
+}
+
+const tableColumns = new WeakMap<Table, [string, Column][]>();
+function columnsOf(table: Table): [string, Column][] {
+  let columns = tableColumns.get(table);
+  if (!columns) {
+    columns = Object.entries(getTableColumns(table));
+    tableColumns.set(table, columns);
+  }
+  return columns;
+}
+
 export interface OpenOptions {
   databaseUrl: string | null;
   dataDir: string;
@@ -83,7 +129,7 @@ async function openPglite(client: PGlite, unlock: () => void): Promise<Database>
     pglite: client,
     pool: null,
     async query<T>(text: string, params?: unknown[]) {
-      const result = await client.query<T>(text, params as any[]);
+      const result = await client.query<T>(text, params as any[], { parsers: PGLITE_PARSERS });
       return { rows: result.rows };
     },
     async exec(text: string) {

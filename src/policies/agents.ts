@@ -42,7 +42,10 @@ export async function usableAgent(
     .select({ id: agents.id })
     .from(agents)
     .where(and(eq(agents.id, agentId), agentVisibleTo(principal)));
-  if (!allowed)
-    throw new ApiError(401, 'agent_access_denied', `This key's user has no permission to agent ${agentId}`);
+  if (!allowed) throw agentAccessDenied(agentId);
   return agent;
 }
+
+/** An agent of the organization the key's user may not use (spec 5: 401 on chats). */
+export const agentAccessDenied = (agentId: number) =>
+  new ApiError(401, 'agent_access_denied', `This key's user has no permission to agent ${agentId}`);

@@ -60,7 +60,14 @@ export async function usableProject(
   principal: OrgPrincipal,
   projectId: number,
 ): Promise<ProjectRow> {
-  const found = await findProjectFor(db, principal, projectId);
+  return checkUsableProject(projectId, await findProjectFor(db, principal, projectId));
+}
+
+/** `usableProject`'s checks on a looked-up project (also read by the turn's one-statement plan). */
+export function checkUsableProject(
+  projectId: number,
+  found: { project: ProjectRow; allowed: boolean } | null,
+): ProjectRow {
   if (!found) throw notFound('Project');
   if (!found.allowed)
     throw new ApiError(

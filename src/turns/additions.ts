@@ -6,7 +6,7 @@ import { KNOWLEDGE_SEARCH_TOOL } from '../llm/builtin-model.js';
 import type { PreparedAttachment } from '../modules/chats/attachments.js';
 import type { Usage } from '../modules/credits/service.js';
 import { CITATION_NOTE, PassageLedger } from './citations.js';
-import { modelMessagesOf } from './model-input.js';
+import { modelMessagesOf, type TurnHistory } from './model-input.js';
 import {
   type StructuredOutput,
   settleStructuredOutput,
@@ -59,8 +59,11 @@ export class TurnAdditions {
   }
 
   /** The conversation as the model receives it (model-input.ts). */
-  modelMessages(db: Queryable, history: MessageRow[]): Promise<ModelMessage[]> {
-    return modelMessagesOf(db, history, { uptoMessageId: this.input.regenerate?.userMessageId });
+  modelMessages(db: Queryable, history: TurnHistory): Promise<ModelMessage[]> {
+    return modelMessagesOf(db, history.rows, {
+      uptoMessageId: this.input.regenerate?.userMessageId,
+      attached: history.attached,
+    });
   }
 
   /** The system prompt with the citation instruction (when knowledge_search is offered) and the schema. */

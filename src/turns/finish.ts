@@ -1,12 +1,12 @@
 import { eq, sql } from 'drizzle-orm';
-import type { Queryable } from '../db/client.js';
+import { type Database, type Queryable, rowOf } from '../db/client.js';
 import { chatMessages, type MessageRow } from '../db/schema/index.js';
-import { chargeUsage, type Usage } from '../modules/credits/service.js';
+import { chargeUsage, costOf, type Usage } from '../modules/credits/service.js';
 import type { MessageAnnotations } from './additions.js';
 import type { TurnFailure } from './failure.js';
 import { releaseTurnLease } from './lease.js';
 import { replaceReply } from './versions.js';
-import { recordTurnCompleted, recordTurnFailed } from './webhook-events.js';
+import { recordTurnCompleted, recordTurnFailed, turnCompletedEvent } from './webhook-events.js';
 
 /**
  * How a turn ended. `completed` and `cancelled` (by a cancel request) keep the reply in history,
@@ -84,3 +84,99 @@ export async function finishTurn(tx: Queryable, outcome: TurnOutcomeRecord): Pro
   else await recordTurnCompleted(tx, turn, { ...usage, credits });
   return row;
 }
+
+/**
+ * Writes a turn's result. A reply kept in history (completed, or stopped by a cancel request) that
+ * replaces no other takes one statement (finishTurnAtOnce); a failed turn or a regeneration,
+ * rarer and with more to write, takes finishTurn in a transaction.
+ */
+export function writeTurnEnd(
+  database: Database,
+  outcome: TurnOutcomeRecord,
+  options: { regeneration: boolean },
+): Promise<MessageRow | null> {
+  if (outcome.end.kind === 'failed' || options.regeneration)
+    return database.db.transaction((tx) => finishTurn(tx, outcome));
+  return finishTurnAtOnce(database, outcome);
+}
+
+/**
+ * finishTurn of a reply kept in history that replaces none, as one statement (issue 14: one round
+ * trip and no query building where the transaction took seven): the released lease, the charge
+ * (ledger row, and the balance when it costs something), the message and the
+ * `chat_turn_completed` event when a webhook would receive it, all only when the turn was still
+ * running. A statement is atomic by itself, so it is all or nothing as the transaction was.
+ */
+export async function finishTurnAtOnce(
+  database: Database,
+  outcome: TurnOutcomeRecord,
+): Promise<MessageRow | null> {
+  const { end, usage, charge } = outcome;
+  if (end.kind === 'failed') throw new Error('finishTurnAtOnce writes replies kept in history only');
+  const credits = costOf(usage, charge.prices);
+  const annotations = end.kind === 'completed' ? (outcome.annotations ?? {}) : {};
+  const event = turnCompletedEvent(
+    {
+      organizationId: charge.organizationId,
+      projectId: outcome.projectId,
+      chatId: outcome.chatId,
+      messageId: outcome.assistantMessageId,
+    },
+    { ...usage, credits },
+  );
+  const { rows } = await database.query<Record<string, unknown>>(FINISH_TURN_SQL, [
+    outcome.turnId,
+    end.kind,
+    charge.organizationId,
+    -credits,
+    charge.projectId,
+    charge.apiKeyId,
+    charge.modelConfigurationId,
+    usage.inputTokens,
+    usage.outputTokens,
+    charge.reference,
+    credits,
+    outcome.text,
+    annotations.parsed !== undefined,
+    annotations.parsed == null ? null : JSON.stringify(annotations.parsed),
+    annotations.citations !== undefined,
+    JSON.stringify(annotations.citations ?? []),
+    outcome.assistantMessageId,
+    outcome.projectId,
+    event.eventName,
+    JSON.stringify(event.eventData),
+  ]);
+  return rows[0] ? rowOf(chatMessages, rows[0]) : null;
+}
+
+const FINISH_TURN_SQL = `
+with released as (
+  update chat_turns set status = $2::text, finished_at = now()
+  where id = $1::int and status = 'running'
+  returning id
+), ledger as (
+  insert into credit_ledger
+    (organization_id, kind, amount, project_id, api_key_id, model_configuration_id, input_tokens, output_tokens, reference)
+  select $3::int, 'usage', $4::numeric, $5::int, $6::int, $7::int, $8::int, $9::int, $10::text from released
+), balance as (
+  update organizations set credit_balance = credit_balance - $11::numeric
+  where id = $3::int and $11::numeric <> 0 and exists (select 1 from released)
+), message as (
+  update chat_messages set
+    content = $12::text,
+    parsed = case when $13::boolean then $14::jsonb else parsed end,
+    citations = case when $15::boolean then $16::jsonb else citations end,
+    status = $2::text, error = null, input_tokens = $8::int, output_tokens = $9::int,
+    credits = $11::numeric, created_at = now(), completed_at = now()
+  where id = $17::int and exists (select 1 from released)
+  returning *
+), event as (
+  insert into webhook_events (organization_id, project_id, event_name, event_data)
+  select $3::int, $18::int, $19::text, $20::jsonb from released
+  where exists (
+    select 1 from project_webhooks
+    where organization_id = $3::int and (project_id is null or project_id = $18::int)
+      and events @> jsonb_build_array($19::text)
+  )
+)
+select * from message`;

@@ -1,12 +1,14 @@
 import type { ModelMessage, UserContent } from 'ai';
-import { asc, inArray } from 'drizzle-orm';
-import type { Queryable } from '../db/client.js';
+import { and, asc, desc, eq, inArray, sql } from 'drizzle-orm';
+import type { Db, Queryable } from '../db/client.js';
 import {
   type ChatAttachmentRow,
   chatAttachments,
+  chatMessages,
   documentChunks,
   type MessageRow,
 } from '../db/schema/index.js';
+import { conversationMessage } from '../modules/chats/service.js';
 
 /** A document attachment's text reaches the model up to about this many tokens (4 characters each). */
 export const DOCUMENT_TOKEN_BUDGET = 8_000;
@@ -18,6 +20,51 @@ export const ATTACHMENT_PART = { scriptorium: { attachment: true } };
 export interface ModelInputOptions {
   /** A regeneration: the conversation up to the user message answered again (its old reply left out). */
   uptoMessageId?: number;
+  /** The messages that have attachments, when known (turnHistory): no query when none has. */
+  attached?: ReadonlySet<number>;
+}
+
+export interface TurnHistory {
+  /** The conversation (conversationMessage), oldest first, the newest `limit`. */
+  rows: MessageRow[];
+  /** Which of them have attachments. */
+  attached: Set<number>;
+}
+
+/**
+ * Built once per database handle: a prepared statement (named on PostgreSQL), so a turn neither
+ * builds the query again (Drizzle's query building cost more CPU than the statement, issue 14)
+ * nor waits for a second round trip to learn that no message has attachments.
+ */
+const historyQueries = new WeakMap<Db, ReturnType<typeof prepareHistory>>();
+const prepareHistory = (db: Db) =>
+  db
+    .select({
+      message: chatMessages,
+      attached: sql<boolean>`exists (select 1 from ${chatAttachments} where ${chatAttachments.messageId} = ${chatMessages.id})`,
+    })
+    .from(chatMessages)
+    .where(and(eq(chatMessages.chatId, sql.placeholder('chatId')), conversationMessage))
+    .orderBy(desc(chatMessages.id))
+    .limit(sql.placeholder('limit'))
+    .prepare('turn_history');
+
+/** A turn's view of the conversation so far, with which messages carry attachments. */
+export async function turnHistory(db: Db, chatId: number, limit: number): Promise<TurnHistory> {
+  let query = historyQueries.get(db);
+  if (!query) {
+    query = prepareHistory(db);
+    historyQueries.set(db, query);
+  }
+  const found = await query.execute({ chatId, limit });
+  const rows: MessageRow[] = [];
+  const attached = new Set<number>();
+  for (let i = found.length - 1; i >= 0; i--) {
+    const { message, attached: has } = found[i]!;
+    rows.push(message);
+    if (has) attached.add(message.id);
+  }
+  return { rows, attached };
 }
 
 /**
@@ -31,11 +78,11 @@ export async function modelMessagesOf(
   history: MessageRow[],
   options: ModelInputOptions = {},
 ): Promise<ModelMessage[]> {
-  const { uptoMessageId } = options;
+  const { uptoMessageId, attached } = options;
   const rows = uptoMessageId === undefined ? history : history.filter((m) => m.id <= uptoMessageId);
   const attachments = await attachmentsWithContent(
     db,
-    rows.filter((m) => m.role === 'user').map((m) => m.id),
+    rows.filter((m) => m.role === 'user' && (!attached || attached.has(m.id))).map((m) => m.id),
   );
   const messages: ModelMessage[] = [];
   for (const m of rows) {

@@ -5,14 +5,14 @@ import type { FastifyBaseLogger } from 'fastify';
 import type { ServiceContext } from '../core/context.js';
 import type { Database, Queryable } from '../db/client.js';
 import type { AgentTool } from '../db/schema/index.js';
-import { ApiError } from '../http/errors.js';
+import { ApiError, paymentRequired } from '../http/errors.js';
 import { DEFAULT_RETRY_POLICY, withBoundedRetries } from '../llm/bounded-retries.js';
 import { streamLean, type TurnModelStream, type TurnStreamPart } from '../llm/lean-client.js';
 import { collectTools, type ToolFamilies, type ToolScope } from '../llm/tools/registry.js';
 import { storeAttachments } from '../modules/chats/attachments.js';
 import { presentMessage } from '../modules/chats/presenter.js';
 import type { ChatView, MessageView } from '../modules/chats/schemas.js';
-import { conversationOf, messageView, titleFrom } from '../modules/chats/service.js';
+import { messageView, titleFrom } from '../modules/chats/service.js';
 import { ensureCredits, type Usage } from '../modules/credits/service.js';
 import { ContentCoalescer } from '../streams/coalescer.js';
 import { chatDone, chatError, type TurnEvent } from '../streams/protocol.js';
@@ -25,12 +25,13 @@ import { TurnAdditions, type TurnAdditionsInput } from './additions.js';
 import { ApprovalGate, ApprovalWaits, withApprovals } from './approvals.js';
 import { turnStreamKey } from './events.js';
 import { describeFailure, TURN_INTERRUPTED_MESSAGE, TurnCancelled, TurnFailure } from './failure.js';
-import { finishTurn, type TurnEnd } from './finish.js';
+import { type TurnEnd, writeTurnEnd } from './finish.js';
 import { keepLeaseAlive } from './lease.js';
+import { turnHistory } from './model-input.js';
 import type { TurnPlan } from './plan.js';
 import { buildSystemPrompt, expandSlashCommand, skillsOfAgent } from './system-prompt.js';
 import { asParameters, recordToolExecution } from './tool-executions.js';
-import { insertTurnRows } from './turn-start.js';
+import { insertTurnRows, startTurnAtOnce, type TurnRows, type TurnRowsInput } from './turn-start.js';
 import { insertRegenerationRows } from './versions.js';
 import { IdleWatchdog, pausingWatchdog } from './watchdog.js';
 
@@ -178,7 +179,8 @@ export class TurnRunner {
 
   /**
    * Accepts a turn: credits (402), the chat's lease (409), then the user message and an assistant
-   * message in `generating` state, in one transaction. The reply then runs on its own.
+   * message in `generating` state, all or nothing (one statement, or a transaction). The reply
+   * then runs on its own.
    */
   async begin(
     ctx: ServiceContext,
@@ -187,51 +189,38 @@ export class TurnRunner {
     options: TurnOptions = {},
   ): Promise<StartedTurn> {
     const { principal } = ctx;
-    const { db } = this.deps.database;
+    const { database } = this.deps;
+    const { db } = database;
     const timing = new TurnTiming(options.arrivedAt);
-    // Both are reads; waiting for them together keeps one round trip off the first token. The 402
-    // still comes before anything is written.
+    const { regenerate, attachments } = options.additions ?? {};
+    // A plain message starts in one statement that checks the credits itself (turn-start.ts).
+    const atOnce = !regenerate && !attachments?.length && !options.onLeased;
+    // Both are reads (the slash command's only for a message starting with `/`); waiting for them
+    // together keeps one round trip off the first token. The 402 still comes before anything is written.
     const [credits, slash] = await timing.db(
       Promise.allSettled([
-        ensureCredits(db, principal.organizationId),
+        atOnce ? null : ensureCredits(db, principal.organizationId),
         expandSlashCommand(db, principal.organizationId, content),
       ]),
     );
     if (credits.status === 'rejected') throw credits.reason;
     if (slash.status === 'rejected') throw slash.reason;
     const skill = slash.value;
-    const ids = await timing.db(
-      // Both messages, the lease pointing at them and the chat's title in one statement
-      // (turn-start.ts); a refused lease (409) rolls the messages back with the transaction.
-      db.transaction(async (tx) => {
-        const input = {
-          organizationId: principal.organizationId,
-          projectId: plan.project.id,
-          chatId: plan.chat.id,
-          leaseMs: this.deps.settings.leaseMs,
-          content,
-          prompt: skill?.prompt ?? null,
-          model: plan.configuration.model,
-          modelConfigurationId: plan.configuration.id,
-          title: titleFrom(content),
-        };
-        // Issue 18: a regeneration adds only a reply (versions.ts); a message's attachments are
-        // stored with it (chats/attachments.ts).
-        const { regenerate, attachments } = options.additions ?? {};
-        const rows = regenerate
-          ? await insertRegenerationRows(tx, input, regenerate)
-          : await insertTurnRows(tx, input);
-        const target = {
-          organizationId: input.organizationId,
-          chatId: input.chatId,
-          messageId: rows.userMessageId,
-        };
-        if (!regenerate) await storeAttachments(tx, target, attachments);
-        // A queued message's turn (queue.ts) is marked started in the lease's transaction: it runs once.
-        await options.onLeased?.(tx, { turnId: rows.turnId, userMessageId: rows.userMessageId });
-        return rows;
-      }),
-    );
+    const input = {
+      organizationId: principal.organizationId,
+      projectId: plan.project.id,
+      chatId: plan.chat.id,
+      leaseMs: this.deps.settings.leaseMs,
+      content,
+      prompt: skill?.prompt ?? null,
+      model: plan.configuration.model,
+      modelConfigurationId: plan.configuration.id,
+      title: titleFrom(content),
+    };
+    const quick = atOnce ? await timing.db(startTurnAtOnce(database, input)) : 'busy';
+    if (quick === 'unfunded') throw paymentRequired();
+    // `busy`: the chat's lease is taken (a dead turn to retire, or a 409); or the turn writes more.
+    const ids = quick !== 'busy' ? quick : await timing.db(this.startInTransaction(input, options));
     timing.started();
 
     const abort = new AbortController();
@@ -256,6 +245,30 @@ export class TurnRunner {
       this.running.delete(ids.turnId);
     });
     return { ...ids, outcome };
+  }
+
+  /**
+   * Both messages, the lease pointing at them and the chat's title in one statement (turn-start.ts),
+   * with what else the turn writes, in one transaction; a refused lease (409) rolls it all back.
+   */
+  private startInTransaction(input: TurnRowsInput, options: TurnOptions): Promise<TurnRows> {
+    const { regenerate, attachments } = options.additions ?? {};
+    return this.deps.database.db.transaction(async (tx) => {
+      // Issue 18: a regeneration adds only a reply (versions.ts); a message's attachments are
+      // stored with it (chats/attachments.ts).
+      const rows = regenerate
+        ? await insertRegenerationRows(tx, input, regenerate)
+        : await insertTurnRows(tx, input);
+      const target = {
+        organizationId: input.organizationId,
+        chatId: input.chatId,
+        messageId: rows.userMessageId,
+      };
+      if (!regenerate) await storeAttachments(tx, target, attachments);
+      // A queued message's turn (queue.ts) is marked started in the lease's transaction: it runs once.
+      await options.onLeased?.(tx, { turnId: rows.turnId, userMessageId: rows.userMessageId });
+      return rows;
+    });
   }
 
   private listenForCancels() {
@@ -416,8 +429,9 @@ export class TurnRunner {
     const finish = async (end: TurnEnd) => {
       finishing = true;
       const row = await timing.db(
-        db.transaction((tx) =>
-          finishTurn(tx, {
+        writeTurnEnd(
+          database,
+          {
             ...ids,
             chatId: plan.chat.id,
             projectId: plan.project.id,
@@ -426,7 +440,8 @@ export class TurnRunner {
             usage,
             charge: this.chargeOf(ctx, plan, ids.assistantMessageId),
             end,
-          }),
+          },
+          { regeneration: options.additions?.regenerate !== undefined },
         ),
       );
       timing.ended();
@@ -595,7 +610,7 @@ export class TurnRunner {
     const [toolSet, skills, history] = await Promise.all([
       collectTools(families, plan.agent ? plan.agent.tools : DEFAULT_CHAT_TOOLS, scope),
       plan.agent ? timing.db(skillsOfAgent(db, plan.agent.id)) : [],
-      timing.db(conversationOf(db, plan.chat.id, settings.historyLimit)),
+      timing.db(turnHistory(db, plan.chat.id, settings.historyLimit)),
     ]);
     // The approval gate is outermost: a call waiting for a person is neither run time nor a tool span.
     // The tools first: the system prompt asks for citations when knowledge_search is among them.

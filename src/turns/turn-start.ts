@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm';
-import type { Queryable } from '../db/client.js';
+import type { Database, Queryable } from '../db/client.js';
 import { acquireTurnLease } from './lease.js';
 
 export interface TurnRowsInput {
@@ -73,3 +73,76 @@ export async function insertTurnRows(tx: Queryable, input: TurnRowsInput): Promi
   });
   return { turnId, userMessageId, assistantMessageId };
 }
+
+/**
+ * The common turn start (no attachments, no regeneration, no queued message to mark) as one
+ * statement outside any transaction, so one round trip where a transaction takes four (issue 14):
+ * the credits check (DESIGN.md 4: only while the balance is above zero), both messages, the running
+ * turn (the chat's lease) and the chat's `updated_at`/title. A statement is atomic by itself: when
+ * the chat's lease is taken, by a live turn or a dead one, the turn's insert violates the
+ * one-running-turn index and nothing of the statement stays; `busy` then sends the caller the long
+ * way (insertTurnRows in a transaction: a dead turn is retired, a live one is a 409).
+ */
+export async function startTurnAtOnce(
+  database: Database,
+  input: TurnRowsInput,
+): Promise<TurnRows | 'unfunded' | 'busy'> {
+  let rows: {
+    funded: boolean;
+    user_message_id: number | null;
+    assistant_message_id: number | null;
+    turn_id: number | null;
+  }[];
+  try {
+    ({ rows } = await database.query(START_TURN_SQL, [
+      input.organizationId,
+      input.chatId,
+      input.content,
+      input.prompt,
+      input.model,
+      input.modelConfigurationId,
+      input.leaseMs / 1000,
+      input.title,
+    ]));
+  } catch (err) {
+    if (isLeaseTaken(err)) return 'busy';
+    throw err;
+  }
+  const row = rows[0]!;
+  if (!row.funded) return 'unfunded';
+  return {
+    turnId: Number(row.turn_id),
+    userMessageId: Number(row.user_message_id),
+    assistantMessageId: Number(row.assistant_message_id),
+  };
+}
+
+/** The chat already has a `running` turn (the partial unique index of `chat_turns`). */
+const isLeaseTaken = (err: unknown) =>
+  (err as { code?: string }).code === '23505' &&
+  (err as { constraint?: string }).constraint === 'chat_turns_one_running_per_chat';
+
+const START_TURN_SQL = `
+with funded as (
+  select exists (select 1 from organizations where id = $1 and credit_balance > 0) as ok
+), msgs as (
+  insert into chat_messages
+    (organization_id, chat_id, role, content, prompt, status, completed_at, model, model_configuration_id)
+  select v.* from (values
+    ($1::int, $2::int, 'user', $3::text, $4::text, 'completed', now(), null::text, null::int),
+    ($1::int, $2::int, 'assistant', '', null, 'generating', null, $5::text, $6::int)
+  ) as v where (select ok from funded)
+  returning id, role
+), turn as (
+  insert into chat_turns (organization_id, chat_id, status, user_message_id, assistant_message_id, lease_expires_at)
+  select $1, $2, 'running', u.id, a.id, now() + make_interval(secs => $7::float8)
+  from msgs u join msgs a on u.role = 'user' and a.role = 'assistant'
+  returning id
+), touched as (
+  update chats set updated_at = now(), title = coalesce(title, $8::text)
+  where id = $2 and (select ok from funded)
+)
+select (select ok from funded) as funded,
+       (select id from msgs where role = 'user') as user_message_id,
+       (select id from msgs where role = 'assistant') as assistant_message_id,
+       (select id from turn) as turn_id`;

@@ -1,5 +1,5 @@
 import type { Queryable } from '../db/client.js';
-import { recordEventIfSubscribed } from '../jobs/outbox.js';
+import { type OutboxEvent, recordEventIfSubscribed } from '../jobs/outbox.js';
 
 export interface TurnRef {
   organizationId: number;
@@ -18,7 +18,15 @@ export function recordTurnCompleted(
   turn: TurnRef,
   usage: { inputTokens: number; outputTokens: number; credits: number },
 ) {
-  return recordEventIfSubscribed(tx, {
+  return recordEventIfSubscribed(tx, turnCompletedEvent(turn, usage));
+}
+
+/** The `chat_turn_completed` event (also written by finish.ts's one-statement end). */
+export function turnCompletedEvent(
+  turn: TurnRef,
+  usage: { inputTokens: number; outputTokens: number; credits: number },
+): OutboxEvent {
+  return {
     organizationId: turn.organizationId,
     projectId: turn.projectId,
     eventName: 'chat_turn_completed',
@@ -28,7 +36,7 @@ export function recordTurnCompleted(
       project_id: turn.projectId,
       usage: { input_tokens: usage.inputTokens, output_tokens: usage.outputTokens, credits: usage.credits },
     },
-  });
+  };
 }
 
 /**

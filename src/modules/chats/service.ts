@@ -9,18 +9,16 @@ import {
   chatMessages,
   chats,
   type MessageRow,
-  type ModelConfigurationRow,
-  type ProjectRow,
   type ToolExecutionRow,
   toolExecutions,
 } from '../../db/schema/index.js';
 import { notFound } from '../../http/errors.js';
 import { offsetOf } from '../../http/pagination.js';
-import { usableAgent } from '../../policies/agents.js';
-import { usableProject } from '../../policies/projects.js';
-import type { TurnPlan } from '../../turns/plan.js';
+import { agentAccessDenied, usableAgent } from '../../policies/agents.js';
+import { checkUsableProject, usableProject } from '../../policies/projects.js';
+import { loadPlanRows, type TurnPlan } from '../../turns/plan.js';
 import { dropChatQueue } from '../../turns/queue-store.js';
-import { CHAT_REFUSAL, chatModelConfiguration, chooseChatModel } from '../model-configurations/resolve.js';
+import { CHAT_REFUSAL, checkChatModel, chooseChatModel } from '../model-configurations/resolve.js';
 import { attachmentsOf } from './attachments.js';
 import { presentMessage } from './presenter.js';
 import type { ChatListQuery, CreateChatBody, MessageView } from './schemas.js';
@@ -114,22 +112,23 @@ export async function createChat(
  * the key (404/401, spec 5) and its pinned model must still exist.
  */
 export async function prepareTurn(ctx: ServiceContext, chatId: number): Promise<TurnPlan> {
-  const chat = await findChat(ctx, chatId);
-  // The three lookups are independent: one round trip of waiting instead of three (they sit on the
-  // path to the model's first token). A failure is reported in the order of the checks, not of arrival.
-  const [project, agent, configuration] = await Promise.allSettled([
-    usableProject(ctx.db, ctx.principal, chat.projectId),
-    chat.agentId === null ? null : usableAgent(ctx.db, ctx.principal, chat.agentId),
-    chatModelConfiguration(ctx.db, ctx.principal.organizationId, chat.modelConfigurationId, CHAT_REFUSAL),
-  ]);
-  for (const outcome of [project, agent, configuration])
-    if (outcome.status === 'rejected') throw outcome.reason;
-  return {
-    chat,
-    project: (project as PromiseFulfilledResult<ProjectRow>).value,
-    agent: (agent as PromiseFulfilledResult<AgentRow | null>).value,
-    configuration: (configuration as PromiseFulfilledResult<ModelConfigurationRow>).value,
-  };
+  // One statement for the chat and the three lookups (they sit on the path to the model's first
+  // token); the refusals come in the order of the checks: chat, project, agent, model.
+  const rows = await loadPlanRows(ctx.database, ctx.principal, chatId);
+  if (!rows) throw notFound('Chat');
+  const { chat } = rows;
+  const project = checkUsableProject(
+    chat.projectId,
+    rows.project && { project: rows.project, allowed: rows.projectAllowed },
+  );
+  let agent: AgentRow | null = null;
+  if (chat.agentId !== null) {
+    if (!rows.agent) throw notFound('Agent');
+    if (!rows.agentAllowed) throw agentAccessDenied(chat.agentId);
+    agent = rows.agent;
+  }
+  const configuration = checkChatModel(chat.modelConfigurationId, rows.configuration, CHAT_REFUSAL);
+  return { chat, project, agent, configuration };
 }
 
 export async function listChats(ctx: ServiceContext, query: ChatListQuery) {
@@ -198,15 +197,4 @@ export async function messageView(db: Queryable, messageId: number): Promise<Mes
   if (!row) throw notFound('Message');
   const [view] = await presentMessages(db, [row]);
   return view;
-}
-
-/** The turns' view of the conversation so far: finished messages, oldest first, the newest `limit`. */
-export async function conversationOf(db: Queryable, chatId: number, limit: number): Promise<MessageRow[]> {
-  const rows = await db
-    .select()
-    .from(chatMessages)
-    .where(and(eq(chatMessages.chatId, chatId), conversationMessage))
-    .orderBy(desc(chatMessages.id))
-    .limit(limit);
-  return rows.reverse();
 }

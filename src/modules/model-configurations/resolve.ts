@@ -68,7 +68,15 @@ export async function chatModelConfiguration(
   id: number,
   refusal: ModelRefusal,
 ): Promise<ModelConfigurationRow> {
-  const row = await liveConfiguration(db, organizationId, id);
+  return checkChatModel(id, await liveConfiguration(db, organizationId, id), refusal);
+}
+
+/** `chatModelConfiguration`'s checks on a looked-up live configuration (null: none). */
+export function checkChatModel(
+  id: number,
+  row: ModelConfigurationRow | null,
+  refusal: ModelRefusal,
+): ModelConfigurationRow {
   if (!row) throw refusal.missing(id);
   if (row.purpose !== 'chat') throw refusal.notChat(id);
   return row;
