@@ -148,7 +148,7 @@ export function streamLean(model: LeanModel, options: LeanStreamOptions): TurnMo
   return { fullStream: run(), totalUsage };
 }
 
-interface StepResult {
+export interface StepResult {
   text: string;
   toolCalls: WireToolCall[];
   finishReason: string;
@@ -163,8 +163,7 @@ interface StepResult {
  * so a token costs one hop through the generators (docs/decisions.md, "Lean model client").
  */
 class ModelCall {
-  private readonly calls: (WireToolCall | undefined)[] = [];
-  private buffer = '';
+  private readonly chunks: ChunkReader;
   /** Text that arrived and was not taken by `next()` yet. */
   private queued = '';
   private ended = false;
@@ -178,6 +177,7 @@ class ModelCall {
     private readonly result: StepResult,
     private readonly onActivity: (() => void) | undefined,
   ) {
+    this.chunks = new ChunkReader(result, span);
     body.setEncoding('utf8');
     body.on('data', (piece: string) => {
       this.onActivity?.();
@@ -248,7 +248,7 @@ class ModelCall {
   /** The step's end: tool calls and the span's result. */
   finish(): void {
     const { result } = this;
-    result.toolCalls = this.calls.filter((c): c is WireToolCall => c !== undefined && c.name !== '');
+    result.toolCalls = this.chunks.calls.filter((c): c is WireToolCall => c !== undefined && c.name !== '');
     for (const call of result.toolCalls) call.id ||= `call_${Math.random().toString(36).slice(2, 12)}`;
     this.span.finished(result.usage, result.finishReason, result.text);
   }
@@ -275,10 +275,42 @@ class ModelCall {
    * delta: one hop through the generators and the runner per read, not per token.
    */
   private parse(): TurnStreamPart[] {
-    const { result, span, calls } = this;
-    const buffer = this.buffer ? this.buffer + this.queued : this.queued;
+    const queued = this.queued;
     this.queued = '';
     if (this.body.isPaused()) this.body.resume();
+    const { text, error } = this.chunks.read(queued);
+    const parts: TurnStreamPart[] = [];
+    if (text) {
+      this.result.text += text;
+      parts.push({ type: 'text-delta', text });
+    }
+    if (error !== null) {
+      parts.push({ type: 'error', error });
+      // Nothing after an error is read: the step ends there.
+      this.stopped = true;
+    }
+    return parts;
+  }
+}
+
+/**
+ * The SSE lines of one model call: `read` takes what arrived, parses its complete lines (the rest
+ * waits for the next read) and returns the text of their content deltas; usage, the finish
+ * reason and tool-call pieces go to the step's result and `calls`. Exported for the
+ * microbenchmark and the tests of the parsing itself.
+ */
+export class ChunkReader {
+  private buffer = '';
+  readonly calls: (WireToolCall | undefined)[] = [];
+
+  constructor(
+    private readonly result: StepResult,
+    private readonly span: Pick<ReturnType<typeof startModelSpan>, 'fail' | 'responseModel'>,
+  ) {}
+
+  read(queued: string): { text: string; error: unknown } {
+    const { result, span, calls } = this;
+    const buffer = this.buffer ? this.buffer + queued : queued;
     let text = '';
     let error: unknown = null;
     let start = 0;
@@ -329,17 +361,7 @@ class ModelCall {
       }
     }
     this.buffer = start === buffer.length ? '' : buffer.slice(start);
-    const parts: TurnStreamPart[] = [];
-    if (text) {
-      result.text += text;
-      parts.push({ type: 'text-delta', text });
-    }
-    if (error !== null) {
-      parts.push({ type: 'error', error });
-      // Nothing after an error is read: the step ends there.
-      this.stopped = true;
-    }
-    return parts;
+    return { text, error };
   }
 }
 
