@@ -53,6 +53,8 @@ for (const [name, events] of [
 ] as const) {
   run(events, 300); // warm-up
   const samples = [run(events, replies), run(events, replies), run(events, replies)].sort((a, b) => a - b);
-  console.log(`${name}: ${(samples[1]! * 1000).toFixed(1)} µs CPU per 200-token reply (median of 3 x ${replies})`);
+  console.log(
+    `${name}: ${(samples[1]! * 1000).toFixed(1)} µs CPU per 200-token reply (median of 3 x ${replies})`,
+  );
 }
 if (sink < 0) console.log(sink);
