@@ -462,13 +462,14 @@ interface ContentShape {
   /** From the closing quote of the content string to the payload's end. */
   suffix: string;
   /** The chunk's `model`, reported to the span as the full parse does. */
-  model: unknown;
+  model: string | null;
 }
 
 /** A provider's chunks take at most this many shapes (the first chunk often adds `role`). */
 const MAX_SHAPES = 4;
 
 /** Characters of a JSON string body that need decoding (or make it invalid). */
+// biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what it looks for.
 const NEEDS_DECODING = /["\\\u0000-\u001f]/;
 
 /** Text received and not yet parsed beyond which reading pauses (see ModelCall). */
