@@ -1,12 +1,14 @@
 import { stepCountIs, streamText, type Tool } from 'ai';
+import { and, asc, eq, exists, or, sql } from 'drizzle-orm';
 import { afterAll, afterEach, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import type { ServiceContext } from '../src/core/context.js';
-import { projects } from '../src/db/schema/index.js';
+import { integrationProjects, integrations, projects } from '../src/db/schema/index.js';
 import { createLanguageModel } from '../src/llm/providers.js';
 import { toolFamilies } from '../src/llm/tools/index.js';
 import { collectTools, type ToolScope } from '../src/llm/tools/registry.js';
 import { DEFAULT_MCP_POOL_OPTIONS } from '../src/mcp/client-pool.js';
 import { PROVIDER_TOOL_NAME } from '../src/mcp/tool-names.js';
+import { integrationsForProject } from '../src/modules/integrations/service.js';
 import { buildTestApp, call, createOrg, expectStatus, type TestApp, type TestOrg } from './helpers/app.js';
 import { type FakeModelServer, LOOPBACK_MODELS, startFakeModelServer } from './helpers/fake-model-server.js';
 import { startMcpServer, type TestMcpServer, unusedLoopbackUrl } from './helpers/mcp-server.js';
@@ -101,6 +103,71 @@ describe('integrations tool family', () => {
     for await (const part of result.fullStream) parts.push(part);
     return { parts, text: await result.text };
   }
+
+  it('integrationsForProject (one hand-written statement) returns what the Drizzle query returned', async () => {
+    // The query as it was written with Drizzle, kept here as the reference.
+    const drizzleRows = (organizationId: number, projectId: number) =>
+      t.deps.database.db
+        .select()
+        .from(integrations)
+        .where(
+          and(
+            eq(integrations.organizationId, organizationId),
+            eq(integrations.enabled, true),
+            or(
+              eq(integrations.allProjects, true),
+              exists(
+                t.deps.database.db
+                  .select({ one: sql`1` })
+                  .from(integrationProjects)
+                  .where(
+                    and(
+                      eq(integrationProjects.integrationId, integrations.id),
+                      eq(integrationProjects.projectId, projectId),
+                    ),
+                  ),
+              ),
+            ),
+          ),
+        )
+        .orderBy(asc(integrations.id));
+    const other = await call(t, 'POST', '/api/v1/projects', {
+      key: org.orgKey,
+      body: { name: 'Other', use_default_group: true },
+    });
+    expectStatus(other, 201);
+    const otherProject = other.body.project.id;
+    const everywhere = await integration({
+      name: 'Everywhere',
+      url: mcp.url,
+      headers: { 'X-Token': 'secret' },
+    });
+    const listed = await integration({ name: 'Listed', url: mcp.url, project_ids: [org.projectId] });
+    await integration({ name: 'Elsewhere', url: mcp.url, project_ids: [otherProject] });
+    await integration({ name: 'Off', url: mcp.url, enabled: false });
+    // Another organization's integration on every project never shows (tenant isolation).
+    const stranger = await createOrg(t);
+    const foreign = await call(t, 'POST', '/api/v1/integrations', {
+      key: stranger.orgKey,
+      body: { name: 'Foreign', url: mcp.url },
+    });
+    expectStatus(foreign, 201);
+
+    const ctx = scope().ctx;
+    const mine = await integrationsForProject(ctx, org.projectId);
+    expect(mine.map((row) => row.id)).toEqual([everywhere.id, listed.id]);
+    expect(mine).toEqual(await drizzleRows(org.organizationId, org.projectId));
+    expect(mine[0].headersEncrypted).toEqual(expect.any(String));
+    expect(mine[0].headerNames).toEqual(['X-Token']);
+    const theirs = await integrationsForProject(ctx, otherProject);
+    expect(theirs.map((row) => row.name)).toEqual(['Everywhere', 'Elsewhere']);
+    expect(theirs).toEqual(await drizzleRows(org.organizationId, otherProject));
+    // Even given the other organization's project, only this organization's integrations.
+    const cross = await integrationsForProject(ctx, stranger.projectId);
+    expect(cross.map((row) => row.name)).toEqual(['Everywhere']);
+    expect(cross).toEqual(await drizzleRows(org.organizationId, stranger.projectId));
+    await call(t, 'DELETE', `/api/v1/integrations/${foreign.body.integration.id}`, { key: stranger.orgKey });
+  });
 
   it('offers every tool of the server, namespaced, and runs a call whose result reaches the model', async () => {
     await integration({ name: 'Desk', url: mcp.url });

@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PRINCIPALS_CHANNEL, PrincipalCache } from '../src/core/principal-cache.js';
 import { Notifier } from '../src/streams/notifier.js';
 import { buildTestApp, call, createMember, createOrg, expectStatus, type TestApp } from './helpers/app.js';
+import { backend } from './helpers/database.js';
 import { type SecondProcess, sleep, startSecondProcess } from './streams-support.js';
 
 let t: TestApp;
@@ -107,7 +108,100 @@ describe('the principal cache', () => {
   });
 });
 
+describe('trust while listening', () => {
+  /** A cache wired to its own notifier as src/http/auth.ts wires it. */
+  async function listeningCache() {
+    const notifier = new Notifier(t.deps.database, t.app.log);
+    const cache = new PrincipalCache<string>(t.deps.database.db);
+    notifier.onListening(PRINCIPALS_CHANNEL, (live) => cache.setListening(live));
+    await notifier.listen(PRINCIPALS_CHANNEL, () => cache.clear());
+    return { notifier, cache };
+  }
+
+  it('entries outlive 1 s while the LISTEN is live', async () => {
+    const { notifier, cache } = await listeningCache();
+    try {
+      expect(cache.isListening()).toBe(true);
+      let reads = 0;
+      const load = async () => {
+        reads += 1;
+        return 'row';
+      };
+      expect(await cache.resolve('k', load)).toBe('row');
+      await sleep(1200);
+      expect(await cache.resolve('k', load)).toBe('row');
+      expect(reads).toBe(1);
+    } finally {
+      cache.close();
+      await notifier.close();
+    }
+  });
+
+  it('a key revoked by plain SQL is dropped at once although trusted for 60 s', async () => {
+    const org = await createOrg(t);
+    const member = await createMember(t, org);
+    await warm(member.key);
+    // Long enough that the 1 s expiry of the cache cannot be what drops the key.
+    await sleep(1100);
+    await warm(member.key);
+    await t.deps.database.db.execute(
+      sql`update api_keys set revoked_at = now() where user_id = ${member.userId} and revoked_at is null`,
+    );
+    const took = await refusedWithin(member.key, 500);
+    for (const ms of took) expect(ms).toBeLessThan(500);
+  });
+
+  it.runIf(backend === 'postgres')(
+    'losing the LISTEN connection drops every entry and falls back to 1 s; so does regaining it',
+    async () => {
+      const { notifier, cache } = await listeningCache();
+      try {
+        cache.resolve('k', async () => 'row');
+        await sleep(10);
+        expect(cache.get('k')).toBe('row');
+        const pid = (notifier as unknown as { client: { processID: number } }).client.processID;
+        await t.deps.database.query('select pg_terminate_backend($1)', [pid]);
+        const deadline = performance.now() + 2000;
+        while (cache.isListening() && performance.now() < deadline) await sleep(10);
+        expect(cache.isListening()).toBe(false);
+        expect(cache.get('k')).toBeUndefined();
+        // While not listening, the 1 s bound applies again.
+        let reads = 0;
+        cache.resolve('k', async () => {
+          reads += 1;
+          return 'row';
+        });
+        await sleep(10);
+        expect(cache.get('k')).toBe('row');
+        // Reconnected (retried after 1 s): listening again, and what was cached meanwhile is gone.
+        const back = performance.now() + 5000;
+        while (!cache.isListening() && performance.now() < back) await sleep(20);
+        expect(cache.isListening()).toBe(true);
+        expect(cache.get('k')).toBeUndefined();
+        expect(reads).toBe(1);
+      } finally {
+        cache.close();
+        await notifier.close();
+      }
+    },
+  );
+});
+
 describe('PrincipalCache loads', () => {
+  it('without a live LISTEN an entry is trusted 1 s; setListening drops everything', async () => {
+    const cache = new PrincipalCache<string>({}, 100, 60_000);
+    await cache.resolve('k', async () => 'row');
+    await sleep(150);
+    expect(cache.get('k')).toBeUndefined();
+    cache.setListening(true);
+    await cache.resolve('k', async () => 'row');
+    await sleep(150);
+    expect(cache.get('k')).toBe('row');
+    cache.setListening(false);
+    expect(cache.get('k')).toBeUndefined();
+    cache.close();
+  });
+
   /** A load the test finishes by hand, counting how many were started. */
   function loads() {
     const started: ((value: string | null) => void)[] = [];

@@ -154,7 +154,17 @@ async function openPglite(client: PGlite, unlock: () => void): Promise<Database>
 }
 
 async function openPostgres(url: string, max: number): Promise<Database> {
-  const pool = new pg.Pool({ connectionString: url, max, options: '-c TimeZone=UTC' });
+  const pool = new pg.Pool({
+    connectionString: url,
+    max,
+    options: '-c TimeZone=UTC',
+    // pg's default (10 s) closed connections that the pollers (pg-boss workers and the repeated
+    // tasks, each every second) opened again moments later: a connection start-up (TLS-less still
+    // ~1 ms of CPU here, plus the server's backend fork) several times a minute while idle. The
+    // pool reuses its most recently released connection, so the few polling needs stay open and
+    // the rest of a burst's connections still close after 5 minutes.
+    idleTimeoutMillis: 5 * 60_000,
+  });
   // An idle client losing its server must not crash the process; the next query reports it.
   pool.on('error', () => {});
   // Nor may a checked-out one (a transaction): the pool listens only to idle clients, and pg emits

@@ -38,12 +38,15 @@ interface KeyRow {
 
 /**
  * Resolves `Authorization: Bearer` to a principal, with the 401/403 rules of each API family.
- * Keys are cached for at most a second (core/principal-cache.ts), dropped at once when the
- * notifier announces a change of keys, users or organizations.
+ * Keys are cached (core/principal-cache.ts): for at most a second, or 60 s while the notifier
+ * holds a live LISTEN on the principals channel; dropped at once when it announces a change of
+ * keys, users or organizations.
  */
 export function authenticate(database: Database, notifier?: Notifier) {
   const cache = new PrincipalCache<KeyRow>(database.db);
   if (notifier) {
+    // Entries are trusted past 1 s only while the LISTEN is live; losing or regaining it drops them.
+    notifier.onListening(PRINCIPALS_CHANNEL, (live) => cache.setListening(live));
     notifier.onReconnect(() => cache.clear());
     void notifier.listen(PRINCIPALS_CHANNEL, () => cache.clear()).catch(() => {});
   }

@@ -15,6 +15,9 @@ const RECONNECT_MS = 1000;
 export class Notifier {
   private readonly handlers = new Map<string, Set<Handler>>();
   private readonly reconnectHandlers = new Set<() => void>();
+  /** Channels with a LISTEN in effect now (on the current connection, or PGlite's). */
+  private readonly live = new Set<string>();
+  private readonly liveHandlers = new Map<string, Set<(live: boolean) => void>>();
   private client: pg.Client | null = null;
   private connecting: Promise<void> | null = null;
   private readonly pgliteUnlisten = new Map<string, () => Promise<void>>();
@@ -44,6 +47,38 @@ export class Notifier {
     this.reconnectHandlers.add(handler);
   }
 
+  /**
+   * Called with `true` once a LISTEN on `channel` is in effect (again), and with `false` when the
+   * connection holding it is lost: a cache may trust announcements only between the two.
+   */
+  onListening(channel: string, handler: (live: boolean) => void): void {
+    let set = this.liveHandlers.get(channel);
+    if (!set) {
+      set = new Set();
+      this.liveHandlers.set(channel, set);
+    }
+    set.add(handler);
+    if (this.live.has(channel)) handler(true);
+  }
+
+  /** Whether a LISTEN on `channel` is in effect now. */
+  isListening(channel: string): boolean {
+    return this.live.has(channel);
+  }
+
+  private setLive(channel: string, live: boolean) {
+    if (this.live.has(channel) === live) return;
+    if (live) this.live.add(channel);
+    else this.live.delete(channel);
+    for (const handler of this.liveHandlers.get(channel) ?? []) {
+      try {
+        handler(live);
+      } catch (err) {
+        this.log.error({ err, channel }, 'listening handler failed');
+      }
+    }
+  }
+
   async notify(channel: string, payload: string): Promise<void> {
     await this.database.query('select pg_notify($1, $2)', [channel, payload]);
   }
@@ -57,7 +92,9 @@ export class Notifier {
     await client?.end().catch(() => {});
     for (const unlisten of this.pgliteUnlisten.values()) await unlisten().catch(() => {});
     this.pgliteUnlisten.clear();
+    for (const channel of [...this.live]) this.setLive(channel, false);
     this.handlers.clear();
+    this.liveHandlers.clear();
   }
 
   private dispatch(channel: string, payload: string) {
@@ -77,13 +114,22 @@ export class Notifier {
       if (this.pgliteUnlisten.has(channel)) return;
       const unlisten = await pglite.listen(channel, (payload) => this.dispatch(channel, payload));
       this.pgliteUnlisten.set(channel, unlisten);
+      // One process owns PGlite's data directory, and its LISTEN cannot drop.
+      this.setLive(channel, true);
       return;
     }
     await this.connect();
+    const client = this.client;
+    if (!client) return;
     // Repeating LISTEN is harmless: a connection opened meanwhile may have listened already.
-    await this.client?.query(`LISTEN ${quoteChannel(channel)}`).catch((err) => {
-      this.log.warn({ err, channel }, 'LISTEN failed; readers fall back to polling');
-    });
+    const ok = await client.query(`LISTEN ${quoteChannel(channel)}`).then(
+      () => true,
+      (err) => {
+        this.log.warn({ err, channel }, 'LISTEN failed; readers fall back to polling');
+        return false;
+      },
+    );
+    if (ok && this.client === client) this.setLive(channel, true);
   }
 
   private connect(): Promise<void> {
@@ -97,6 +143,7 @@ export class Notifier {
       const lost = (err?: unknown) => {
         if (this.client !== client) return;
         this.client = null;
+        for (const channel of [...this.live]) this.setLive(channel, false);
         client.end().catch(() => {});
         if (this.closed) return;
         this.log.warn({ err }, 'the LISTEN connection dropped; reconnecting');
@@ -120,6 +167,7 @@ export class Notifier {
         return;
       }
       this.client = client;
+      for (const channel of this.handlers.keys()) this.setLive(channel, true);
     })().finally(() => {
       this.connecting = null;
     });

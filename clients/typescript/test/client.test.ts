@@ -193,8 +193,10 @@ describe('the TypeScript client', () => {
     const events = await collect(client.chats.stream(chat.id, 'Count to thirty'));
 
     expect(proxy.cuts).toBe(cuts + 1);
-    // Every event exactly once, in order, ending with done.
-    expect(events.map((e) => e.id)).toEqual(Array.from({ length: 31 }, (_, i) => i + 1));
+    // Every event exactly once, in order, ending with done. A busy process may merge tokens into
+    // fewer content events (src/streams/coalescer.ts), so the count is not fixed.
+    expect(events.map((e) => e.id)).toEqual(Array.from({ length: events.length }, (_, i) => i + 1));
+    expect(events.length).toBeGreaterThan(5);
     expect(events.at(-1)?.event).toBe('done');
     const done = events.at(-1) as Extract<ChatStreamEvent, { event: 'done' }>;
     expect(done.data.message.content).toBe(chunks.join(''));
@@ -222,7 +224,9 @@ describe('the TypeScript client', () => {
       ),
     );
     expect(proxy.cuts).toBe(cuts + 1);
-    expect(events.map((e) => e.id)).toEqual(Array.from({ length: 21 }, (_, i) => i + 1));
+    expect(events.map((e) => e.id)).toEqual(Array.from({ length: events.length }, (_, i) => i + 1));
+    expect(events.length).toBeGreaterThan(4);
+    expect(textOf(events)).toBe(words(20).join(''));
     const done = events.at(-1) as Extract<ChatStreamEvent, { event: 'done' }>;
     expect(done.data.chat?.title).toBe('A new chat');
     const posts = proxy.requests.slice(before).filter((r) => r.line.startsWith('POST /api/v2/chats '));
