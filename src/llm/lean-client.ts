@@ -148,7 +148,7 @@ export function streamLean(model: LeanModel, options: LeanStreamOptions): TurnMo
   return { fullStream: run(), totalUsage };
 }
 
-interface StepResult {
+export interface StepResult {
   text: string;
   toolCalls: WireToolCall[];
   finishReason: string;
@@ -163,8 +163,7 @@ interface StepResult {
  * so a token costs one hop through the generators (docs/decisions.md, "Lean model client").
  */
 class ModelCall {
-  private readonly calls: (WireToolCall | undefined)[] = [];
-  private buffer = '';
+  private readonly chunks: ChunkReader;
   /** Text that arrived and was not taken by `next()` yet. */
   private queued = '';
   private ended = false;
@@ -178,6 +177,7 @@ class ModelCall {
     private readonly result: StepResult,
     private readonly onActivity: (() => void) | undefined,
   ) {
+    this.chunks = new ChunkReader(result, span);
     body.setEncoding('utf8');
     body.on('data', (piece: string) => {
       this.onActivity?.();
@@ -248,7 +248,7 @@ class ModelCall {
   /** The step's end: tool calls and the span's result. */
   finish(): void {
     const { result } = this;
-    result.toolCalls = this.calls.filter((c): c is WireToolCall => c !== undefined && c.name !== '');
+    result.toolCalls = this.chunks.calls.filter((c): c is WireToolCall => c !== undefined && c.name !== '');
     for (const call of result.toolCalls) call.id ||= `call_${Math.random().toString(36).slice(2, 12)}`;
     this.span.finished(result.usage, result.finishReason, result.text);
   }
@@ -275,19 +275,64 @@ class ModelCall {
    * delta: one hop through the generators and the runner per read, not per token.
    */
   private parse(): TurnStreamPart[] {
-    const { result, span, calls } = this;
-    const buffer = this.buffer ? this.buffer + this.queued : this.queued;
+    const queued = this.queued;
     this.queued = '';
     if (this.body.isPaused()) this.body.resume();
+    const { text, error } = this.chunks.read(queued);
+    const parts: TurnStreamPart[] = [];
+    if (text) {
+      this.result.text += text;
+      parts.push({ type: 'text-delta', text });
+    }
+    if (error !== null) {
+      parts.push({ type: 'error', error });
+      // Nothing after an error is read: the step ends there.
+      this.stopped = true;
+    }
+    return parts;
+  }
+}
+
+/**
+ * The SSE lines of one model call: `read` takes what arrived, parses its complete lines (the rest
+ * waits for the next read) and returns the text of their content deltas; usage, the finish
+ * reason and tool-call pieces go to the step's result and `calls`. Exported for the
+ * microbenchmark and the tests of the parsing itself.
+ */
+export class ChunkReader {
+  private buffer = '';
+  readonly calls: (WireToolCall | undefined)[] = [];
+
+  constructor(
+    private readonly result: StepResult,
+    private readonly span: Pick<ReturnType<typeof startModelSpan>, 'fail' | 'responseModel'>,
+  ) {}
+
+  /** The learnt shape of this call's content chunks (see `contentOf`); null until one is seen. */
+  private shape: ContentShape | null = null;
+  /** Shapes learnt so far; a provider whose chunks differ in more than their text stops the learning. */
+  private shapesLearnt = 0;
+
+  read(queued: string): { text: string; error: unknown } {
+    const { result, span, calls } = this;
+    const buffer = this.buffer ? this.buffer + queued : queued;
     let text = '';
     let error: unknown = null;
     let start = 0;
     for (let end = buffer.indexOf('\n'); end !== -1; end = buffer.indexOf('\n', start)) {
-      const line = buffer.slice(start, end);
+      // The payload's bounds within the buffer: one slice per event, not one per step.
+      let from = start;
+      let to = end;
       start = end + 1;
-      if (!line.startsWith('data:')) continue;
-      const data = line.charCodeAt(5) === 32 ? line.slice(6) : line.slice(5);
-      const payload = data.endsWith('\r') ? data.slice(0, -1) : data;
+      if (!buffer.startsWith('data:', from)) continue;
+      from += buffer.charCodeAt(from + 5) === 32 ? 6 : 5;
+      if (to > from && buffer.charCodeAt(to - 1) === 13) to -= 1;
+      const fast = this.contentOf(buffer, from, to);
+      if (fast !== null) {
+        if (fast.length > 0) text += fast;
+        continue;
+      }
+      const payload = buffer.slice(from, to);
       if (payload === '[DONE]') continue;
       let chunk: any;
       try {
@@ -313,7 +358,10 @@ class ModelCall {
       if (choice.finish_reason) result.finishReason = finishReasonOf(choice.finish_reason);
       const delta = choice.delta;
       if (!delta) continue;
-      if (typeof delta.content === 'string' && delta.content.length > 0) text += delta.content;
+      if (typeof delta.content === 'string' && delta.content.length > 0) {
+        text += delta.content;
+        if (this.shape === null || !payload.startsWith(this.shape.prefix)) this.learn(payload, chunk);
+      }
       if (Array.isArray(delta.tool_calls)) {
         for (const part of delta.tool_calls) {
           const index = part.index ?? calls.length;
@@ -329,19 +377,100 @@ class ModelCall {
       }
     }
     this.buffer = start === buffer.length ? '' : buffer.slice(start);
-    const parts: TurnStreamPart[] = [];
-    if (text) {
-      result.text += text;
-      parts.push({ type: 'text-delta', text });
+    return { text, error };
+  }
+
+  /**
+   * The text of a content-only chunk without parsing it, or null: the payload in
+   * `buffer[from, to)` is the learnt prefix, one JSON string, the learnt suffix. The prefix and
+   * suffix are those of a chunk that was parsed and checked (`learn`), so the payload is that chunk
+   * with another text: what JSON.parse would find, and nothing else in it to act on but the model
+   * name. Anything else (a finish reason, usage, tool calls, an error, another id) is not of this
+   * shape and takes the full parse.
+   */
+  private contentOf(buffer: string, from: number, to: number): string | null {
+    const shape = this.shape;
+    if (shape === null) return null;
+    const { prefix, suffix } = shape;
+    const bodyFrom = from + prefix.length;
+    const bodyTo = to - suffix.length;
+    // Compared as slices: `===` on strings is a block compare, where optimised `startsWith` with a
+    // position went char by char (several times slower in bench/parse-micro.ts).
+    if (bodyTo < bodyFrom || buffer.slice(from, bodyFrom) !== prefix || buffer.slice(bodyTo, to) !== suffix)
+      return null;
+    const body = buffer.slice(bodyFrom, bodyTo);
+    let value = body;
+    // A quote, a backslash or a control character: the string is decoded by JSON.parse, which also
+    // refuses a body that is not exactly one JSON string (an unescaped quote would change the shape).
+    if (NEEDS_DECODING.test(body)) {
+      try {
+        value = JSON.parse(`"${body}"`);
+      } catch {
+        return null;
+      }
     }
-    if (error !== null) {
-      parts.push({ type: 'error', error });
-      // Nothing after an error is read: the step ends there.
-      this.stopped = true;
+    if (shape.model) this.span.responseModel(shape.model);
+    return value;
+  }
+
+  /**
+   * Learns the shape of a content chunk that was just parsed: what comes before and after its
+   * content string. Kept only when it is proven: the chunk with another text in that place parses
+   * to the same chunk with that text as its content, and such a chunk carries nothing but text
+   * (no error, usage, finish reason or tool calls).
+   */
+  private learn(payload: string, chunk: any): void {
+    if (this.shapesLearnt >= MAX_SHAPES) return;
+    this.shapesLearnt += 1;
+    const at = payload.indexOf('"content":"');
+    if (at === -1) return;
+    const bodyFrom = at + 11;
+    let bodyTo = bodyFrom;
+    for (; bodyTo < payload.length; bodyTo++) {
+      const c = payload.charCodeAt(bodyTo);
+      if (c === 92) bodyTo += 1;
+      else if (c === 34) break;
     }
-    return parts;
+    if (bodyTo >= payload.length) return;
+    const prefix = payload.slice(0, bodyFrom);
+    const suffix = payload.slice(bodyTo);
+    const probeText = chunk.choices[0].delta.content === 'a' ? 'b' : 'a';
+    let probe: any;
+    try {
+      probe = JSON.parse(prefix + probeText + suffix);
+    } catch {
+      return;
+    }
+    const choice = probe?.choices?.[0];
+    const delta = choice?.delta;
+    if (
+      !delta ||
+      delta.content !== probeText ||
+      probe.error ||
+      probe.usage ||
+      choice.finish_reason ||
+      Array.isArray(delta.tool_calls)
+    )
+      return;
+    this.shape = { prefix, suffix, model: probe.model ? probe.model : null };
   }
 }
+
+interface ContentShape {
+  /** The payload up to and including the opening quote of its content string. */
+  prefix: string;
+  /** From the closing quote of the content string to the payload's end. */
+  suffix: string;
+  /** The chunk's `model`, reported to the span as the full parse does. */
+  model: string | null;
+}
+
+/** A provider's chunks take at most this many shapes (the first chunk often adds `role`). */
+const MAX_SHAPES = 4;
+
+/** Characters of a JSON string body that need decoding (or make it invalid). */
+// biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what it looks for.
+const NEEDS_DECODING = /["\\\u0000-\u001f]/;
 
 /** Text received and not yet parsed beyond which reading pauses (see ModelCall). */
 const MAX_QUEUED_CHARS = 1 << 20;

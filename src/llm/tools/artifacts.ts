@@ -15,6 +15,18 @@ const inputsSchema = z
   .array(z.object({ name: z.string().describe('Variable name'), value: z.string() }))
   .describe('Values for every custom variable of the skill; [] when it has none');
 
+// Built once, not per turn: JSON Schema conversion is cached per schema object (lean-client.ts).
+const createArtifactInput = z.object({
+  artifact_type_slug: z.string().describe('Slug of the artifact type'),
+  skill_id: z.number().int().describe('A skill of that artifact type'),
+  inputs: inputsSchema,
+  name: z.string().optional().describe('Name of the artifact; otherwise taken from its title'),
+});
+const refineArtifactInput = z.object({
+  artifact_id: z.number().int().describe('Id of the artifact to revise'),
+  refine_prompt: z.string().min(1).describe('What to change'),
+});
+
 /**
  * `create_artifact` and `refine_artifact` for chat turns (spec 1): the assistant writes documents
  * mid-conversation with the same generation code as the API; the artifact records the turn's chat.
@@ -29,12 +41,7 @@ export const artifactTools: ToolFamily = async (scope, families) => {
           'Returns the artifact id, name, share url and content. Artifact types and their skills:',
           catalog,
         ].join('\n'),
-        inputSchema: z.object({
-          artifact_type_slug: z.string().describe('Slug of the artifact type'),
-          skill_id: z.number().int().describe('A skill of that artifact type'),
-          inputs: inputsSchema,
-          name: z.string().optional().describe('Name of the artifact; otherwise taken from its title'),
-        }),
+        inputSchema: createArtifactInput,
         execute: async (args, { abortSignal }) => {
           const result = await generateArtifact(
             scope.ctx,
@@ -54,10 +61,7 @@ export const artifactTools: ToolFamily = async (scope, families) => {
       refine_artifact: tool({
         description:
           'Revise an existing artifact by instruction; the whole document is rewritten. Returns the new version.',
-        inputSchema: z.object({
-          artifact_id: z.number().int().describe('Id of the artifact to revise'),
-          refine_prompt: z.string().min(1).describe('What to change'),
-        }),
+        inputSchema: refineArtifactInput,
         execute: async (args, { abortSignal }) => {
           const result = await refineArtifact(
             scope.ctx,

@@ -5,6 +5,14 @@ import { KNOWLEDGE_SEARCH_TOOL } from '../builtin-model.js';
 import type { ToolFamily } from './registry.js';
 
 /**
+ * Built once, not per turn: the lean client converts a tool's schema to JSON Schema once per schema
+ * object (llm/lean-client.ts, wireTools), so a schema built per turn cost zod work on every turn.
+ */
+const knowledgeSearchInput = z.object({
+  query: z.string().min(1).max(2000).describe('What to look for, in natural language or keywords'),
+});
+
+/**
  * `knowledge_search`: the passages of the project's documents that best match a query, with the
  * document id, name, position and score of each so the answer can cite its sources.
  */
@@ -13,9 +21,7 @@ export const knowledgeTools: ToolFamily = async (scope) => ({
     [KNOWLEDGE_SEARCH_TOOL]: tool({
       description:
         "Search the project's knowledge base (uploaded documents). Returns the most relevant passages with document_id, document_name, position, score, text and heading_path. Cite the document names you use.",
-      inputSchema: z.object({
-        query: z.string().min(1).max(2000).describe('What to look for, in natural language or keywords'),
-      }),
+      inputSchema: knowledgeSearchInput,
       execute: async ({ query }) => ({
         passages: await searchKnowledge(scope.ctx, {
           projectId: scope.projectId,

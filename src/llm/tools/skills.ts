@@ -8,6 +8,15 @@ import type { ToolFamily, ToolScope } from './registry.js';
 
 const MAX_SKILLS_LISTED = 100;
 
+// Built once, not per turn: JSON Schema conversion is cached per schema object (lean-client.ts).
+const listSkillsInput = z.object({});
+const runSkillInput = z.object({
+  skill_id: z.number().int().describe('Id from list_skills'),
+  inputs: z
+    .array(z.object({ name: z.string(), value: z.string() }))
+    .describe('Values for every custom variable of the skill; [] when it has none'),
+});
+
 /**
  * `list_skills` and `run_skill` for chat turns. Running a skill inside a chat does what its slash
  * command does: the skill's prompt, with the inputs filled in, becomes the instructions the
@@ -19,18 +28,13 @@ export const skillTools: ToolFamily = async (scope) => ({
     list_skills: tool({
       description:
         'List the skills available in this conversation: id, name, description, slash command, the custom variables each needs, and the artifact types it writes.',
-      inputSchema: z.object({}),
+      inputSchema: listSkillsInput,
       execute: async () => ({ skills: await listSkills(scope) }),
     }),
     run_skill: tool({
       description:
         'Run a skill: returns its instructions with the inputs filled in. Follow those instructions in your reply.',
-      inputSchema: z.object({
-        skill_id: z.number().int().describe('Id from list_skills'),
-        inputs: z
-          .array(z.object({ name: z.string(), value: z.string() }))
-          .describe('Values for every custom variable of the skill; [] when it has none'),
-      }),
+      inputSchema: runSkillInput,
       execute: async (args) => {
         const skill = await findAvailableSkill(scope, args.skill_id);
         const values = checkInputs(skill.content, skill.customVariables, args.inputs);
