@@ -358,7 +358,9 @@ describe('extraction bounds', () => {
     expect(own.pid).not.toBeNull();
     own.close();
     expect(own.pid).toBeNull();
-  });
+    // Three child processes start here, each loading the extractor through tsx: about 3 s each on
+    // an idle machine, 10 s under a full CI run on 2 cores (it timed out at the default 30 s).
+  }, 90_000);
 
   it('reads its bounds from the environment', () => {
     const config = loadConfig(
