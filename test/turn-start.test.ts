@@ -465,6 +465,46 @@ describe('a plain message opened in one statement (plan, start, history, tool se
     }
   });
 
+  it('reads the history again when the turn it waited for ended meanwhile (its reply is not in the snapshot)', async () => {
+    const { database } = t.deps;
+    // PGlite has one connection: no other transaction can hold the lease while a statement runs.
+    if (!database.pool) return;
+    const chatId = await emptyChat(t, org);
+    const chat = await chatRow(chatId);
+    const principal = principalOf(org, chat.apiKeyId!);
+    const first = await openTurn(database, principal, chatId, openInput);
+    const ids = first!.started!.ids;
+    // The first turn's end, written by another connection and not committed yet.
+    const other = await database.pool.connect();
+    try {
+      await other.query('begin');
+      await other.query(`update chat_turns set status = 'completed', finished_at = now() where id = $1`, [
+        ids.turnId,
+      ]);
+      await other.query(
+        `update chat_messages set status = 'completed', content = 'First reply' where id = $1`,
+        [ids.assistantMessageId],
+      );
+      let settled = false;
+      const second = openTurn(database, principal, chatId, { ...openInput, content: 'Second' }).finally(
+        () => {
+          settled = true;
+        },
+      );
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      expect(settled).toBe(false); // waiting for the lease
+      await other.query('commit');
+      const opened = await second;
+      expect(opened!.started).not.toBeNull();
+      expect(opened!.started!.history).toBeNull();
+    } finally {
+      other.release();
+    }
+    // What the turn then reads has the first reply.
+    const history = await turnHistory(database.db, chatId, 100);
+    expect(history.rows.map((m) => m.content)).toEqual(['Next question', 'First reply', 'Second']);
+  });
+
   it('refuses a member without access to the project (401), writing nothing', async () => {
     const chatId = await emptyChat(t, org);
     const chat = await chatRow(chatId);
