@@ -8,6 +8,7 @@ import { eq, sql } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ServiceContext } from '../src/core/context.js';
 import {
+  agentSkills,
   agents,
   chatAttachments,
   chatMessages,
@@ -18,12 +19,14 @@ import {
   modelConfigurations,
   organizations,
   projects,
+  skills,
 } from '../src/db/schema/index.js';
 import { checkPlan } from '../src/modules/chats/service.js';
 import { integrationsForProject } from '../src/modules/integrations/service.js';
 import { finishTurnAtOnce, type TurnOutcomeRecord } from '../src/turns/finish.js';
 import { turnHistory } from '../src/turns/model-input.js';
 import { loadPlanRows } from '../src/turns/plan.js';
+import { skillsOfAgent } from '../src/turns/system-prompt.js';
 import { openTurn } from '../src/turns/turn-open.js';
 import { startTurnAtOnce, type TurnRowsInput } from '../src/turns/turn-start.js';
 import { type ChatTestApp, emptyChat, startChatApp } from './chats-support.js';
@@ -335,6 +338,41 @@ describe('a plain message opened in one statement (plan, start, history, tool se
       assistantMessageId: assistant!.id,
     });
     expect((await chatRow(chat.id)).title).toBe('Next question');
+  });
+
+  it("reads an agent's skills as skillsOfAgent does (deleted ones left out)", async () => {
+    const chatId = await emptyChat(t, org);
+    const chat = await chatRow(chatId);
+    const principal = principalOf(org, chat.apiKeyId!);
+    const [agent] = await db()
+      .insert(agents)
+      .values({ organizationId: org.organizationId, name: `Skilled ${chatId}` })
+      .returning();
+    const skill = (name: string, deleted = false) =>
+      db()
+        .insert(skills)
+        .values({
+          organizationId: org.organizationId,
+          name,
+          slug: `${name.toLowerCase()}-${chatId}`,
+          description: `${name} things`,
+          content: 'Do it',
+          ...(deleted ? { deletedAt: sql`now()` } : {}),
+        })
+        .returning();
+    const made = [...(await skill('Zeta')), ...(await skill('Alpha')), ...(await skill('Gone', true))];
+    await db()
+      .insert(agentSkills)
+      .values(made.map((s) => ({ agentId: agent!.id, skillId: s.id })));
+    await db().update(chats).set({ agentId: agent!.id }).where(eq(chats.id, chatId));
+    const opened = await openTurn(t.deps.database, principal, chatId, openInput);
+    const expected = (await skillsOfAgent(db(), agent!.id)).map(({ name, slug, description }) => ({
+      name,
+      slug,
+      description,
+    }));
+    expect(expected.map((s) => s.name)).toEqual(['Alpha', 'Zeta']);
+    expect(opened!.started!.skills).toEqual(expected);
   });
 
   it('keeps the newest messages within the history limit, the new one included', async () => {

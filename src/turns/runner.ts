@@ -92,7 +92,7 @@ export interface TurnOptions {
 }
 
 /** What the turn's opening statement read for the model request (turn-open.ts). */
-type KnownInput = Pick<NonNullable<OpenedTurn['started']>, 'history' | 'integrations'>;
+type KnownInput = Pick<NonNullable<OpenedTurn['started']>, 'history' | 'integrations' | 'skills'>;
 
 /** How long a failed turn's end is retried while the database does not answer. */
 const RECORD_RETRY_MS = 10 * 60_000;
@@ -685,7 +685,7 @@ export class TurnRunner {
     // Independent reads on the way to the first token: waited for together.
     const [toolSet, skills, history] = await Promise.all([
       collectTools(families, plan.agent ? plan.agent.tools : DEFAULT_CHAT_TOOLS, scope),
-      plan.agent ? timing.db(skillsOfAgent(db, plan.agent.id)) : [],
+      plan.agent ? (known?.skills ?? timing.db(skillsOfAgent(db, plan.agent.id))) : [],
       known?.history ?? timing.db(turnHistory(db, plan.chat.id, settings.historyLimit)),
     ]);
     // The approval gate is outermost: a call waiting for a person is neither run time nor a tool span.

@@ -1,7 +1,7 @@
 import { getTableColumns } from 'drizzle-orm';
 import type { OrgPrincipal } from '../core/principal.js';
 import { type Database, rowOf } from '../db/client.js';
-import { type IntegrationRow, integrations } from '../db/schema/index.js';
+import { type IntegrationRow, integrations, type SkillRow } from '../db/schema/index.js';
 import { integrationsOfProject } from '../modules/integrations/service.js';
 import type { HistoryMessage, TurnHistory } from './model-input.js';
 import { PLAN_SELECT, type PlanRows, planParams, planRowsOf } from './plan.js';
@@ -33,8 +33,12 @@ export interface OpenedTurn {
     history: TurnHistory | null;
     /** The project's tool servers (integrationsForProject's rows). */
     integrations: IntegrationRow[];
+    /** The agent's skills as the system prompt lists them (skillsOfAgent's order); none without an agent. */
+    skills: AgentSkill[];
   } | null;
 }
+
+export type AgentSkill = Pick<SkillRow, 'name' | 'slug' | 'description'>;
 
 /** An integrations row as a JSON object that `rowOf` maps as it maps the driver's row. */
 const integrationJson = (() => {
@@ -59,8 +63,8 @@ const integrationJson = (() => {
  *   conflict do nothing` (a taken lease writes nothing and logs no error), and only once it is
  *   taken, both messages with those ids and the chat's `updated_at`/title; a statement is atomic by
  *   itself, so nothing stays when any part fails;
- * - the conversation before the new message (the turn's history, model-input.ts) and the project's
- *   tool servers (integrations/service.ts), as JSON.
+ * - the conversation before the new message (the turn's history, model-input.ts), the project's
+ *   tool servers (integrations/service.ts) and the agent's skills (system-prompt.ts), as JSON.
  *
  * All parts read one snapshot, taken before the turn's insert. When a running turn was in it and
  * the insert still succeeded, that turn ended while this statement waited for its lease, and its
@@ -111,11 +115,15 @@ with plan as (${PLAN_SELECT}
   select json_agg(${integrationJson} order by i.id) as rows
   from integrations i, plan
   where exists (select 1 from turn) and ${integrationsOfProject('$2', 'plan.p_id')}
+), skill_list as (
+  select json_agg(json_build_array(s.name, s.slug, s.description) order by s.name) as rows
+  from agent_skills k join skills s on s.id = k.skill_id, plan
+  where exists (select 1 from turn) and k.agent_id = plan.a_id and s.deleted_at is null
 )
 select plan.*, gate.usable, gate.funded, gate.was_busy, (select id from turn) as turn_id,
   (select u from ids) as user_message_id, (select a from ids) as assistant_message_id,
-  history.rows as history, tools.rows as integrations
-from plan, gate, history, tools`;
+  history.rows as history, tools.rows as integrations, skill_list.rows as skills
+from plan, gate, history, tools, skill_list`;
 
 /** The statement's name on PostgreSQL (parsed and planned once per connection). */
 const STATEMENT_NAME = 'turn_open';
@@ -179,6 +187,15 @@ export async function openTurn(
   const found = parsedJson<Record<string, unknown>[]>(raw.integrations) ?? [];
   return {
     ...opened,
-    started: { ids, history, integrations: found.map((row) => rowOf(integrations, row)) },
+    started: {
+      ids,
+      history,
+      integrations: found.map((row) => rowOf(integrations, row)),
+      skills: (parsedJson<[string, string, string][]>(raw.skills) ?? []).map(([name, slug, description]) => ({
+        name,
+        slug,
+        description,
+      })),
+    },
   };
 }
