@@ -1,20 +1,33 @@
 /**
  * The turn's hand-written statements (issue 14): the plan in one statement gives the rows Drizzle
- * gives, and the one-statement start writes all or nothing (credits, lease).
+ * gives, the one-statement start writes all or nothing (credits, lease), and the opening statement
+ * of a plain message (plan, start, history and tool servers at once) reads what the separate
+ * statements read and writes nothing for a turn it refuses.
  */
-import { eq } from 'drizzle-orm';
+import { eq, sql } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ServiceContext } from '../src/core/context.js';
 import {
+  agentSkills,
+  agents,
+  chatAttachments,
   chatMessages,
   chats,
   chatTurns,
   creditLedger,
+  integrations,
   modelConfigurations,
   organizations,
   projects,
+  skills,
 } from '../src/db/schema/index.js';
+import { checkPlan } from '../src/modules/chats/service.js';
+import { integrationsForProject } from '../src/modules/integrations/service.js';
 import { finishTurnAtOnce, type TurnOutcomeRecord } from '../src/turns/finish.js';
+import { turnHistory } from '../src/turns/model-input.js';
 import { loadPlanRows } from '../src/turns/plan.js';
+import { skillsOfAgent } from '../src/turns/system-prompt.js';
+import { openTurn } from '../src/turns/turn-open.js';
 import { startTurnAtOnce, type TurnRowsInput } from '../src/turns/turn-start.js';
 import { type ChatTestApp, emptyChat, startChatApp } from './chats-support.js';
 import { createOrg, type TestOrg } from './helpers/app.js';
@@ -217,5 +230,331 @@ describe('the end of a reply kept in history in one statement', () => {
     expect(message!.status).toBe('generating');
     expect(await ledgerOf(record.charge.reference)).toEqual([]);
     expect(await balance()).toBe(before);
+  });
+});
+
+describe('a plain message opened in one statement (plan, start, history, tool servers)', () => {
+  const openInput = { content: 'Next question', title: 'Next question', leaseMs: 60_000, historyLimit: 100 };
+  const { db } = { db: () => t.deps.database.db };
+  const messagesOf = (chatId: number) =>
+    db().select().from(chatMessages).where(eq(chatMessages.chatId, chatId)).orderBy(chatMessages.id);
+  const turnsOf = (chatId: number) => db().select().from(chatTurns).where(eq(chatTurns.chatId, chatId));
+
+  /** A conversation with every kind of message the history filter tells apart. */
+  async function chatWithHistory() {
+    const chatId = await emptyChat(t, org);
+    const chat = await chatRow(chatId);
+    const base = { organizationId: org.organizationId, chatId };
+    const add = async (role: 'user' | 'assistant', content: string, status: string, extra = {}) => {
+      const [row] = await db()
+        .insert(chatMessages)
+        .values({ ...base, role, content, status: status as never, ...extra })
+        .returning();
+      return row!;
+    };
+    const first = await add('user', 'first', 'completed');
+    await db()
+      .insert(chatAttachments)
+      .values({
+        ...base,
+        messageId: first.id,
+        position: 0,
+        type: 'image',
+        mediaType: 'image/png',
+        sizeBytes: 1,
+        data: Buffer.from([1]),
+      });
+    const newer = await add('assistant', 'newer reply', 'completed');
+    await add('assistant', 'replaced reply', 'completed', { replacedById: newer.id });
+    await add('user', 'failed question', 'failed');
+    await add('assistant', '', 'failed', { error: 'boom' });
+    await add('user', 'second', 'completed', { prompt: 'the skill prompt' });
+    await add('assistant', 'stopped by a cancel', 'cancelled');
+    await add('assistant', 'cancelled with an error', 'cancelled', { error: 'gone' });
+    await add('assistant', '', 'generating');
+    return chat;
+  }
+
+  const contextOf = (principal: ReturnType<typeof principalOf>) =>
+    ({ database: t.deps.database, principal }) as unknown as ServiceContext;
+
+  it('reads what the plan, the history and the tool servers read, and writes what the start writes', async () => {
+    const chat = await chatWithHistory();
+    const principal = principalOf(org, chat.apiKeyId!);
+    const [shared] = await db()
+      .insert(integrations)
+      .values({
+        organizationId: org.organizationId,
+        name: 'Docs',
+        slug: `docs-${chat.id}`,
+        url: 'http://127.0.0.1:9/mcp',
+        headerNames: ['x-a'],
+      })
+      .returning();
+    await db()
+      .insert(integrations)
+      .values({
+        organizationId: org.organizationId,
+        name: 'Off',
+        slug: `off-${chat.id}`,
+        url: 'http://127.0.0.1:9/mcp',
+        enabled: false,
+      });
+    const planBefore = await loadPlanRows(t.deps.database, principal, chat.id);
+    const opened = await openTurn(t.deps.database, principal, chat.id, openInput);
+    expect(opened?.plan).toEqual(planBefore);
+    expect(opened).toMatchObject({ usable: true, funded: true });
+    const started = opened!.started!;
+    const after = await turnHistory(t.deps.database.db, chat.id, 100);
+    const asModelSees = (rows: { id: number; role: string; content: string; prompt: string | null }[]) =>
+      rows.map(({ id, role, content, prompt }) => ({ id, role, content, prompt }));
+    expect(started.history!.rows).toEqual(asModelSees(after.rows));
+    expect([...started.history!.attached]).toEqual([...after.attached]);
+    expect(after.attached.size).toBe(1);
+    expect(started.history!.rows.map((m) => m.content)).toEqual([
+      'first',
+      'newer reply',
+      'second',
+      'stopped by a cancel',
+      'Next question',
+    ]);
+    const ctx = contextOf(principal);
+    const tools = await integrationsForProject(ctx, chat.projectId);
+    expect(tools.map((r) => r.id)).toContain(shared!.id);
+    expect(started.integrations).toEqual(tools);
+
+    // The start's rows, as startTurnAtOnce writes them.
+    const messages = await messagesOf(chat.id);
+    const [user, assistant] = messages.slice(-2);
+    expect([user, assistant].map((m) => [m!.id, m!.role, m!.status, m!.content, m!.model])).toEqual([
+      [started.ids.userMessageId, 'user', 'completed', 'Next question', null],
+      [started.ids.assistantMessageId, 'assistant', 'generating', '', planBefore!.configuration!.model],
+    ]);
+    const [turn] = await db().select().from(chatTurns).where(eq(chatTurns.id, started.ids.turnId));
+    expect(turn).toMatchObject({
+      chatId: chat.id,
+      status: 'running',
+      userMessageId: user!.id,
+      assistantMessageId: assistant!.id,
+    });
+    expect((await chatRow(chat.id)).title).toBe('Next question');
+  });
+
+  it("reads an agent's skills as skillsOfAgent does (deleted ones left out)", async () => {
+    const chatId = await emptyChat(t, org);
+    const chat = await chatRow(chatId);
+    const principal = principalOf(org, chat.apiKeyId!);
+    const [agent] = await db()
+      .insert(agents)
+      .values({ organizationId: org.organizationId, name: `Skilled ${chatId}` })
+      .returning();
+    const skill = (name: string, deleted = false) =>
+      db()
+        .insert(skills)
+        .values({
+          organizationId: org.organizationId,
+          name,
+          slug: `${name.toLowerCase()}-${chatId}`,
+          description: `${name} things`,
+          content: 'Do it',
+          ...(deleted ? { deletedAt: sql`now()` } : {}),
+        })
+        .returning();
+    const made = [...(await skill('Zeta')), ...(await skill('Alpha')), ...(await skill('Gone', true))];
+    await db()
+      .insert(agentSkills)
+      .values(made.map((s) => ({ agentId: agent!.id, skillId: s.id })));
+    await db().update(chats).set({ agentId: agent!.id }).where(eq(chats.id, chatId));
+    const opened = await openTurn(t.deps.database, principal, chatId, openInput);
+    const expected = (await skillsOfAgent(db(), agent!.id)).map(({ name, slug, description }) => ({
+      name,
+      slug,
+      description,
+    }));
+    expect(expected.map((s) => s.name)).toEqual(['Alpha', 'Zeta']);
+    expect(opened!.started!.skills).toEqual(expected);
+  });
+
+  it('keeps the newest messages within the history limit, the new one included', async () => {
+    const chat = await chatWithHistory();
+    const principal = principalOf(org, chat.apiKeyId!);
+    const opened = await openTurn(t.deps.database, principal, chat.id, { ...openInput, historyLimit: 3 });
+    const after = await turnHistory(t.deps.database.db, chat.id, 3);
+    expect(opened!.started!.history!.rows.map((m) => m.id)).toEqual(after.rows.map((m) => m.id));
+    expect(after.rows).toHaveLength(3);
+  });
+
+  it('writes nothing while the chat has a running turn (busy), and logs no error for it', async () => {
+    const chatId = await emptyChat(t, org);
+    const chat = await chatRow(chatId);
+    const principal = principalOf(org, chat.apiKeyId!);
+    const first = await openTurn(t.deps.database, principal, chatId, openInput);
+    expect(first!.started).not.toBeNull();
+    const before = await chatRow(chatId);
+    const messages = await messagesOf(chatId);
+    const second = await openTurn(t.deps.database, principal, chatId, { ...openInput, content: 'again' });
+    expect(second).toMatchObject({ usable: true, funded: true, started: null });
+    expect(await messagesOf(chatId)).toEqual(messages);
+    expect(await turnsOf(chatId)).toHaveLength(1);
+    expect(await chatRow(chatId)).toEqual(before);
+  });
+
+  it('refuses exactly what the checks refuse, writing nothing', async () => {
+    const other = await createOrg(t);
+    const refusals: [string, (chatId: number) => Promise<unknown>, number | null][] = [
+      [
+        'archived project',
+        (id) => db().update(projects).set({ archivedAt: sql`now()` }).where(eq(projects.id, id)),
+        404,
+      ],
+      [
+        'deleted project',
+        (id) => db().update(projects).set({ deletedAt: sql`now()` }).where(eq(projects.id, id)),
+        404,
+      ],
+      [
+        'embedding model',
+        async (id) => {
+          const [model] = await db()
+            .insert(modelConfigurations)
+            .values({
+              organizationId: other.organizationId,
+              name: `E${id}`,
+              provider: 'openai-compatible',
+              model: 'e',
+              purpose: 'embedding',
+            })
+            .returning();
+          await db().update(chats).set({ modelConfigurationId: model!.id }).where(eq(chats.projectId, id));
+        },
+        400,
+      ],
+      [
+        'deleted model',
+        (id) =>
+          db()
+            .update(modelConfigurations)
+            .set({ deletedAt: sql`now()` })
+            .where(eq(modelConfigurations.id, id)),
+        404,
+      ],
+      [
+        'deleted agent',
+        async (id) => {
+          const [agent] = await db()
+            .insert(agents)
+            .values({ organizationId: other.organizationId, name: `A${id}`, deletedAt: sql`now()` })
+            .returning();
+          await db().update(chats).set({ agentId: agent!.id }).where(eq(chats.projectId, id));
+        },
+        404,
+      ],
+      [
+        'live agent',
+        async (id) => {
+          const [agent] = await db()
+            .insert(agents)
+            .values({ organizationId: other.organizationId, name: `L${id}` })
+            .returning();
+          await db().update(chats).set({ agentId: agent!.id }).where(eq(chats.projectId, id));
+        },
+        null,
+      ],
+      [
+        'no credits',
+        () =>
+          db()
+            .update(organizations)
+            .set({ creditBalance: 0 })
+            .where(eq(organizations.id, other.organizationId)),
+        402,
+      ],
+    ];
+    for (const [name, breakIt, status] of refusals) {
+      await db()
+        .update(organizations)
+        .set({ creditBalance: 100 })
+        .where(eq(organizations.id, other.organizationId));
+      const [project] = await db()
+        .insert(projects)
+        .values({ organizationId: other.organizationId, name: `P ${name}` })
+        .returning();
+      const chatId = await emptyChat(t, { ...other, projectId: project!.id });
+      const chat = await chatRow(chatId);
+      const id = name.includes('deleted model') ? chat.modelConfigurationId : project!.id;
+      await breakIt(id);
+      const principal = principalOf(other, chat.apiKeyId!);
+      const opened = await openTurn(t.deps.database, principal, chatId, openInput);
+      let refused: number | null = null;
+      try {
+        checkPlan(opened!.plan);
+        if (!opened!.funded) refused = 402;
+      } catch (err) {
+        refused = (err as { status: number }).status;
+      }
+      expect([name, refused]).toEqual([name, status]);
+      expect([name, opened!.started !== null]).toEqual([name, status === null]);
+      if (status !== null) {
+        expect([name, await messagesOf(chatId)]).toEqual([name, []]);
+        expect([name, await turnsOf(chatId)]).toEqual([name, []]);
+      }
+      if (name === 'deleted model')
+        await db().update(modelConfigurations).set({ deletedAt: null }).where(eq(modelConfigurations.id, id));
+    }
+  });
+
+  it('reads the history again when the turn it waited for ended meanwhile (its reply is not in the snapshot)', async () => {
+    const { database } = t.deps;
+    // PGlite has one connection: no other transaction can hold the lease while a statement runs.
+    if (!database.pool) return;
+    const chatId = await emptyChat(t, org);
+    const chat = await chatRow(chatId);
+    const principal = principalOf(org, chat.apiKeyId!);
+    const first = await openTurn(database, principal, chatId, openInput);
+    const ids = first!.started!.ids;
+    // The first turn's end, written by another connection and not committed yet.
+    const other = await database.pool.connect();
+    try {
+      await other.query('begin');
+      await other.query(`update chat_turns set status = 'completed', finished_at = now() where id = $1`, [
+        ids.turnId,
+      ]);
+      await other.query(
+        `update chat_messages set status = 'completed', content = 'First reply' where id = $1`,
+        [ids.assistantMessageId],
+      );
+      let settled = false;
+      const second = openTurn(database, principal, chatId, { ...openInput, content: 'Second' }).finally(
+        () => {
+          settled = true;
+        },
+      );
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      expect(settled).toBe(false); // waiting for the lease
+      await other.query('commit');
+      const opened = await second;
+      expect(opened!.started).not.toBeNull();
+      expect(opened!.started!.history).toBeNull();
+    } finally {
+      other.release();
+    }
+    // What the turn then reads has the first reply.
+    const history = await turnHistory(database.db, chatId, 100);
+    expect(history.rows.map((m) => m.content)).toEqual(['Next question', 'First reply', 'Second']);
+  });
+
+  it('refuses a member without access to the project (401), writing nothing', async () => {
+    const chatId = await emptyChat(t, org);
+    const chat = await chatRow(chatId);
+    const member = {
+      ...principalOf(org, chat.apiKeyId!),
+      kind: 'personal' as const,
+      role: 'member' as const,
+      userId: 2_000_000_000,
+    };
+    const opened = await openTurn(t.deps.database, member as never, chatId, openInput);
+    expect(opened).toMatchObject({ usable: false, started: null });
+    expect(() => checkPlan(opened!.plan)).toThrow(expect.objectContaining({ status: 401 }));
+    expect(await messagesOf(chatId)).toEqual([]);
   });
 });

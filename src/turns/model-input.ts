@@ -24,9 +24,12 @@ export interface ModelInputOptions {
   attached?: ReadonlySet<number>;
 }
 
+/** What the model is given of a message of the conversation. */
+export type HistoryMessage = Pick<MessageRow, 'id' | 'role' | 'content' | 'prompt'>;
+
 export interface TurnHistory {
   /** The conversation (conversationMessage), oldest first, the newest `limit`. */
-  rows: MessageRow[];
+  rows: HistoryMessage[];
   /** Which of them have attachments. */
   attached: Set<number>;
 }
@@ -41,7 +44,9 @@ const prepareHistory = (db: Db) =>
   db
     .select({
       message: chatMessages,
-      attached: sql<boolean>`exists (select 1 from ${chatAttachments} where ${chatAttachments.messageId} = ${chatMessages.id})`,
+      // Qualified by hand: Drizzle writes the columns of a one-table select unqualified, and an
+      // unqualified "id" here would be the attachment's own.
+      attached: sql<boolean>`exists (select 1 from chat_attachments ca where ca.message_id = "chat_messages"."id")`,
     })
     .from(chatMessages)
     .where(and(eq(chatMessages.chatId, sql.placeholder('chatId')), conversationMessage))
@@ -57,7 +62,7 @@ export async function turnHistory(db: Db, chatId: number, limit: number): Promis
     historyQueries.set(db, query);
   }
   const found = await query.execute({ chatId, limit });
-  const rows: MessageRow[] = [];
+  const rows: HistoryMessage[] = [];
   const attached = new Set<number>();
   for (let i = found.length - 1; i >= 0; i--) {
     const { message, attached: has } = found[i]!;
@@ -75,7 +80,7 @@ export async function turnHistory(db: Db, chatId: number, limit: number): Promis
  */
 export async function modelMessagesOf(
   db: Queryable,
-  history: MessageRow[],
+  history: HistoryMessage[],
   options: ModelInputOptions = {},
 ): Promise<ModelMessage[]> {
   const { uptoMessageId, attached } = options;

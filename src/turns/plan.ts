@@ -25,7 +25,7 @@ export interface TurnPlan {
  * joins apply the lookups' own conditions (organization, not deleted); the access rules of
  * src/policies (a member's groups) come back as flags, so each refusal is still told apart.
  */
-const PLAN_SQL = `
+export const PLAN_SELECT = `
 select ${selectList(chats, 'c', 'c_')}, ${selectList(projects, 'p', 'p_')},
   ${selectList(agents, 'a', 'a_')}, ${selectList(modelConfigurations, 'm', 'm_')},
   exists (select 1 from project_groups pg join group_members gm on gm.group_id = pg.group_id
@@ -39,6 +39,14 @@ left join agents a on a.id = c.agent_id and a.organization_id = $2 and a.deleted
 left join model_configurations m
   on m.id = c.model_configuration_id and m.organization_id = $2 and m.deleted_at is null
 where c.id = $1 and c.organization_id = $2 and c.api_key_id = $3 and c.archived_at is null`;
+
+/** The parameters of PLAN_SELECT: $1 chat, $2 organization, $3 key, $4 user (0: none). */
+export const planParams = (principal: OrgPrincipal, chatId: number) => [
+  chatId,
+  principal.organizationId,
+  principal.keyId,
+  principal.userId ?? 0,
+];
 
 export interface PlanRows {
   chat: ChatRow;
@@ -60,14 +68,13 @@ export async function loadPlanRows(
   principal: OrgPrincipal,
   chatId: number,
 ): Promise<PlanRows | null> {
-  const { rows } = await database.query<Record<string, unknown>>(PLAN_SQL, [
-    chatId,
-    principal.organizationId,
-    principal.keyId,
-    principal.userId ?? 0,
-  ]);
+  const { rows } = await database.query<Record<string, unknown>>(PLAN_SELECT, planParams(principal, chatId));
   const raw = rows[0];
-  if (!raw) return null;
+  return raw ? planRowsOf(principal, raw) : null;
+}
+
+/** PLAN_SELECT's row as PlanRows. */
+export function planRowsOf(principal: OrgPrincipal, raw: Record<string, unknown>): PlanRows {
   // Admins (organization keys, admin users) reach every project and agent of the organization.
   const admin = principal.role === 'admin';
   return {

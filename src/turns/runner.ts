@@ -5,15 +5,16 @@ import type { FastifyBaseLogger } from 'fastify';
 import type { ServiceContext } from '../core/context.js';
 import type { Database, Queryable } from '../db/client.js';
 import type { AgentTool } from '../db/schema/index.js';
-import { ApiError, paymentRequired } from '../http/errors.js';
+import { ApiError, notFound, paymentRequired } from '../http/errors.js';
 import { DEFAULT_RETRY_POLICY, withBoundedRetries } from '../llm/bounded-retries.js';
 import { streamLean, type TurnModelStream, type TurnStreamPart } from '../llm/lean-client.js';
 import { collectTools, type ToolFamilies, type ToolScope } from '../llm/tools/registry.js';
 import { storeAttachments } from '../modules/chats/attachments.js';
 import { presentMessage } from '../modules/chats/presenter.js';
 import type { ChatView, MessageView } from '../modules/chats/schemas.js';
-import { messageView, titleFrom } from '../modules/chats/service.js';
+import { checkPlan, messageView, titleFrom } from '../modules/chats/service.js';
 import { ensureCredits, type Usage } from '../modules/credits/service.js';
+import { provideIntegrations } from '../modules/integrations/service.js';
 import { ContentCoalescer } from '../streams/coalescer.js';
 import { chatDone, chatError, type TurnEvent } from '../streams/protocol.js';
 import { StreamPublisher } from '../streams/publisher.js';
@@ -31,6 +32,7 @@ import { turnHistory } from './model-input.js';
 import type { TurnPlan } from './plan.js';
 import { buildSystemPrompt, expandSlashCommand, skillsOfAgent } from './system-prompt.js';
 import { asParameters, recordToolExecution } from './tool-executions.js';
+import { type OpenedTurn, openTurn } from './turn-open.js';
 import { insertTurnRows, startTurnAtOnce, type TurnRows, type TurnRowsInput } from './turn-start.js';
 import { insertRegenerationRows } from './versions.js';
 import { IdleWatchdog, pausingWatchdog } from './watchdog.js';
@@ -88,6 +90,9 @@ export interface TurnOptions {
    */
   onLeased?: (tx: Queryable, ids: { turnId: number; userMessageId: number }) => Promise<void>;
 }
+
+/** What the turn's opening statement read for the model request (turn-open.ts). */
+type KnownInput = Pick<NonNullable<OpenedTurn['started']>, 'history' | 'integrations' | 'skills'>;
 
 /** How long a failed turn's end is retried while the database does not answer. */
 const RECORD_RETRY_MS = 10 * 60_000;
@@ -182,16 +187,63 @@ export class TurnRunner {
    * message in `generating` state, all or nothing (one statement, or a transaction). The reply
    * then runs on its own.
    */
-  async begin(
+  begin(
     ctx: ServiceContext,
     plan: TurnPlan,
     content: string,
     options: TurnOptions = {},
   ): Promise<StartedTurn> {
+    return this.beginWith(ctx, plan, content, options, new TurnTiming(options.arrivedAt), true);
+  }
+
+  /**
+   * A plain message to an existing chat (no attachments, no slash command, not queued, not a
+   * regeneration): its plan, the credits, both messages, the lease, the history and the project's
+   * tool servers in one statement (turn-open.ts), so the model request follows one round trip.
+   * The plan's refusals throw here (the caller's HTTP errors, as prepareTurn's); `start` gives the
+   * running turn or throws the start's own refusals (402; 409 after the long way), which a
+   * streamed request sends as `error` events (spec 6.1).
+   */
+  async open(
+    ctx: ServiceContext,
+    chatId: number,
+    content: string,
+    options: TurnOptions = {},
+  ): Promise<{ plan: TurnPlan; start: () => Promise<StartedTurn> }> {
+    const { database, settings } = this.deps;
+    const timing = new TurnTiming(options.arrivedAt);
+    const opened = await timing.db(
+      openTurn(database, ctx.principal, chatId, {
+        content,
+        title: titleFrom(content),
+        leaseMs: settings.leaseMs,
+        historyLimit: settings.historyLimit,
+      }),
+    );
+    if (!opened) throw notFound('Chat');
+    // The statement wrote only if these checks pass (its `usable`), so a refusal here wrote nothing.
+    const plan = checkPlan(opened.plan);
+    const start = async (): Promise<StartedTurn> => {
+      if (opened.started) return this.launch(ctx, plan, opened.started.ids, options, timing, opened.started);
+      if (!opened.usable) return this.beginWith(ctx, plan, content, options, timing, true);
+      if (!opened.funded) throw paymentRequired();
+      // The chat's lease is taken: a dead turn to retire, or a live one (409).
+      return this.beginWith(ctx, plan, content, options, timing, false);
+    };
+    return { plan, start };
+  }
+
+  private async beginWith(
+    ctx: ServiceContext,
+    plan: TurnPlan,
+    content: string,
+    options: TurnOptions,
+    timing: TurnTiming,
+    mayStartAtOnce: boolean,
+  ): Promise<StartedTurn> {
     const { principal } = ctx;
     const { database } = this.deps;
     const { db } = database;
-    const timing = new TurnTiming(options.arrivedAt);
     const { regenerate, attachments } = options.additions ?? {};
     // A plain message starts in one statement that checks the credits itself (turn-start.ts).
     const atOnce = !regenerate && !attachments?.length && !options.onLeased;
@@ -217,12 +269,23 @@ export class TurnRunner {
       modelConfigurationId: plan.configuration.id,
       title: titleFrom(content),
     };
-    const quick = atOnce ? await timing.db(startTurnAtOnce(database, input)) : 'busy';
+    const quick = atOnce && mayStartAtOnce ? await timing.db(startTurnAtOnce(database, input)) : 'busy';
     if (quick === 'unfunded') throw paymentRequired();
     // `busy`: the chat's lease is taken (a dead turn to retire, or a 409); or the turn writes more.
     const ids = quick !== 'busy' ? quick : await timing.db(this.startInTransaction(input, options));
-    timing.started();
+    return this.launch(ctx, plan, ids, options, timing, null);
+  }
 
+  /** Runs a started turn (its rows written, its lease held) on its own. */
+  private launch(
+    ctx: ServiceContext,
+    plan: TurnPlan,
+    ids: TurnRows,
+    options: TurnOptions,
+    timing: TurnTiming,
+    known: KnownInput | null,
+  ): StartedTurn {
+    timing.started();
     const abort = new AbortController();
     this.running.set(ids.turnId, abort);
     this.listenForCancels();
@@ -237,7 +300,7 @@ export class TurnRunner {
           : {}),
         'scriptorium.turn.id': ids.turnId,
       },
-      (span) => this.run(ctx, plan, ids, options, abort, timing, span),
+      (span) => this.run(ctx, plan, ids, options, abort, timing, span, known),
     );
     this.inFlight.add(outcome);
     void outcome.finally(() => {
@@ -348,6 +411,7 @@ export class TurnRunner {
     abort: AbortController,
     timing: TurnTiming,
     span: SpanHandle,
+    known: KnownInput | null,
   ): Promise<TurnOutcome> {
     const { database, settings, streams } = this.deps;
     const db = database.db;
@@ -468,7 +532,16 @@ export class TurnRunner {
       return { status: 'failed', error, timing };
     };
     try {
-      const stream = await this.startModel(ctx, plan, abort.signal, watchdog, timing, approvals, additions);
+      const stream = await this.startModel(
+        ctx,
+        plan,
+        abort.signal,
+        watchdog,
+        timing,
+        approvals,
+        additions,
+        known,
+      );
       let failure: unknown = null;
       try {
         for await (const part of stream.fullStream) {
@@ -594,6 +667,7 @@ export class TurnRunner {
     timing: TurnTiming,
     approvals: ApprovalGate | null,
     additions: TurnAdditions,
+    known: KnownInput | null,
   ): Promise<TurnModelStream> {
     const { database, families, settings } = this.deps;
     const db = database.db;
@@ -606,11 +680,13 @@ export class TurnRunner {
       agentId: plan.agent?.id ?? null,
       signal,
     };
+    // Read with the turn's start (turn-open.ts), or now.
+    if (known) provideIntegrations(ctx, plan.project.id, known.integrations);
     // Independent reads on the way to the first token: waited for together.
     const [toolSet, skills, history] = await Promise.all([
       collectTools(families, plan.agent ? plan.agent.tools : DEFAULT_CHAT_TOOLS, scope),
-      plan.agent ? timing.db(skillsOfAgent(db, plan.agent.id)) : [],
-      timing.db(turnHistory(db, plan.chat.id, settings.historyLimit)),
+      plan.agent ? (known?.skills ?? timing.db(skillsOfAgent(db, plan.agent.id))) : [],
+      known?.history ?? timing.db(turnHistory(db, plan.chat.id, settings.historyLimit)),
     ]);
     // The approval gate is outermost: a call waiting for a person is neither run time nor a tool span.
     // The tools first: the system prompt asks for citations when knowledge_search is among them.

@@ -53,6 +53,9 @@ export async function skillsOfAgent(db: Queryable, agentId: number): Promise<Ski
 
 const SLASH_COMMAND = /^\/([a-z0-9]+(?:-[a-z0-9]+)*)(?=\s|$)/;
 
+/** Whether a message starts like a slash command (expandSlashCommand then looks the skill up). */
+export const looksLikeSlashCommand = (content: string) => SLASH_COMMAND.test(content.trimStart());
+
 /**
  * A message starting with a skill's slash command (`/` + slug, DESIGN.md 4) runs that skill: the
  * model receives the skill's prompt followed by the rest of the message. Null when the message

@@ -78,38 +78,35 @@ export async function insertTurnRows(tx: Queryable, input: TurnRowsInput): Promi
  * The common turn start (no attachments, no regeneration, no queued message to mark) as one
  * statement outside any transaction, so one round trip where a transaction takes four (issue 14):
  * the credits check (DESIGN.md 4: only while the balance is above zero), both messages, the running
- * turn (the chat's lease) and the chat's `updated_at`/title. A statement is atomic by itself: when
- * the chat's lease is taken, by a live turn or a dead one, the turn's insert violates the
- * one-running-turn index and nothing of the statement stays; `busy` then sends the caller the long
- * way (insertTurnRows in a transaction: a dead turn is retired, a live one is a 409).
+ * turn (the chat's lease) and the chat's `updated_at`/title. The lease is taken first, with `on
+ * conflict do nothing` on the one-running-turn index (message ids drawn beforehand), and the
+ * messages and the chat are written only once it is taken: when a turn holds the chat's lease, live
+ * or dead, the statement writes nothing (and PostgreSQL logs no error, which a violated index did),
+ * and `busy` sends the caller the long way (insertTurnRows in a transaction: a dead turn is retired,
+ * a live one is a 409). A statement is atomic by itself: nothing stays if any part fails.
  */
 export async function startTurnAtOnce(
   database: Database,
   input: TurnRowsInput,
 ): Promise<TurnRows | 'unfunded' | 'busy'> {
-  let rows: {
+  const { rows } = await database.query<{
     funded: boolean;
     user_message_id: number | null;
     assistant_message_id: number | null;
     turn_id: number | null;
-  }[];
-  try {
-    ({ rows } = await database.query(START_TURN_SQL, [
-      input.organizationId,
-      input.chatId,
-      input.content,
-      input.prompt,
-      input.model,
-      input.modelConfigurationId,
-      input.leaseMs / 1000,
-      input.title,
-    ]));
-  } catch (err) {
-    if (isLeaseTaken(err)) return 'busy';
-    throw err;
-  }
+  }>(START_TURN_SQL, [
+    input.organizationId,
+    input.chatId,
+    input.content,
+    input.prompt,
+    input.model,
+    input.modelConfigurationId,
+    input.leaseMs / 1000,
+    input.title,
+  ]);
   const row = rows[0]!;
   if (!row.funded) return 'unfunded';
+  if (row.turn_id === null) return 'busy';
   return {
     turnId: Number(row.turn_id),
     userMessageId: Number(row.user_message_id),
@@ -117,32 +114,32 @@ export async function startTurnAtOnce(
   };
 }
 
-/** The chat already has a `running` turn (the partial unique index of `chat_turns`). */
-const isLeaseTaken = (err: unknown) =>
-  (err as { code?: string }).code === '23505' &&
-  (err as { constraint?: string }).constraint === 'chat_turns_one_running_per_chat';
-
 const START_TURN_SQL = `
 with funded as (
   select exists (select 1 from organizations where id = $1 and credit_balance > 0) as ok
-), msgs as (
-  insert into chat_messages
-    (organization_id, chat_id, role, content, prompt, status, completed_at, model, model_configuration_id)
-  select v.* from (values
-    ($1::int, $2::int, 'user', $3::text, $4::text, 'completed', now(), null::text, null::int),
-    ($1::int, $2::int, 'assistant', '', null, 'generating', null, $5::text, $6::int)
-  ) as v where (select ok from funded)
-  returning id, role
+), ids as (
+  select least(x, y) as u, greatest(x, y) as a
+  from (select nextval('chat_messages_id_seq') as x, nextval('chat_messages_id_seq') as y
+        from funded where ok) s
 ), turn as (
   insert into chat_turns (organization_id, chat_id, status, user_message_id, assistant_message_id, lease_expires_at)
-  select $1, $2, 'running', u.id, a.id, now() + make_interval(secs => $7::float8)
-  from msgs u join msgs a on u.role = 'user' and a.role = 'assistant'
+  select $1, $2, 'running', u, a, now() + make_interval(secs => $7::float8) from ids
+  on conflict do nothing
   returning id
+), msgs as (
+  insert into chat_messages
+    (id, organization_id, chat_id, role, content, prompt, status, completed_at, model, model_configuration_id)
+  overriding system value
+  select ids.u, $1, $2, 'user', $3::text, $4::text, 'completed', now(), null, null
+  from ids where exists (select 1 from turn)
+  union all
+  select ids.a, $1, $2, 'assistant', '', null, 'generating', null, $5::text, $6::int
+  from ids where exists (select 1 from turn)
 ), touched as (
   update chats set updated_at = now(), title = coalesce(title, $8::text)
-  where id = $2 and (select ok from funded)
+  where id = $2 and exists (select 1 from turn)
 )
 select (select ok from funded) as funded,
-       (select id from msgs where role = 'user') as user_message_id,
-       (select id from msgs where role = 'assistant') as assistant_message_id,
+       (select u from ids) as user_message_id,
+       (select a from ids) as assistant_message_id,
        (select id from turn) as turn_id`;

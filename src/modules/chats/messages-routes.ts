@@ -7,6 +7,7 @@ import { PageQuery, pagination } from '../../http/pagination.js';
 import { IdParams, ok, V2Error, v2Responses } from '../../http/schemas.js';
 import { requestArrival } from '../../telemetry/turn-timing.js';
 import { compileResponseFormat } from '../../turns/structured-output.js';
+import { looksLikeSlashCommand } from '../../turns/system-prompt.js';
 import { watchPauses } from '../../turns/turn-stops.js';
 import { turnStops } from './approvals-routes.js';
 import { ATTACHMENT_BODY_LIMIT, prepareAttachments } from './attachments.js';
@@ -47,6 +48,27 @@ export async function messageRoutes(parent: FastifyInstance): Promise<void> {
       const structured = compileResponseFormat(request.body.response_format);
       const ctx = contextOf(request);
       if (await reattachRepeat(request, reply, deps)) return reply;
+      const additions = { structured };
+      // A plain message (the common case): plan, start, history and tool servers in one statement.
+      if (ifBusy === 'reject' && request.body.attachments === undefined && !looksLikeSlashCommand(content)) {
+        const { plan, start } = await deps.turns.open(ctx, request.params.id, content, {
+          arrivedAt,
+          additions,
+        });
+        if (stream) {
+          await streamTurn(request, reply, deps, start, {});
+          return reply;
+        }
+        const turn = await start();
+        const message = await awaitTurn(
+          reply,
+          turn,
+          replyTimeoutMs,
+          {},
+          watchPauses(turnStops(deps), plan, turn),
+        );
+        return { status: 'ok' as const, response: { message } };
+      }
       const plan = await prepareTurn(ctx, request.params.id);
       if (ifBusy !== 'reject') {
         // The chat queue stores a message's text only (docs/decisions.md, issue 18).
@@ -59,18 +81,18 @@ export async function messageRoutes(parent: FastifyInstance): Promise<void> {
         return message ? { status: 'ok' as const, response: { message } } : reply;
       }
       const attachments = await prepareAttachments(ctx, plan.project.id, request.body.attachments);
-      const additions = { structured, attachments };
+      const withAttachments = { ...additions, attachments };
       if (stream) {
         await streamTurn(
           request,
           reply,
           deps,
-          () => deps.turns.begin(ctx, plan, content, { arrivedAt, additions }),
+          () => deps.turns.begin(ctx, plan, content, { arrivedAt, additions: withAttachments }),
           {},
         );
         return reply;
       }
-      const turn = await deps.turns.begin(ctx, plan, content, { arrivedAt, additions });
+      const turn = await deps.turns.begin(ctx, plan, content, { arrivedAt, additions: withAttachments });
       const message = await awaitTurn(
         reply,
         turn,

@@ -16,7 +16,7 @@ import { notFound } from '../../http/errors.js';
 import { offsetOf } from '../../http/pagination.js';
 import { agentAccessDenied, usableAgent } from '../../policies/agents.js';
 import { checkUsableProject, usableProject } from '../../policies/projects.js';
-import { loadPlanRows, type TurnPlan } from '../../turns/plan.js';
+import { loadPlanRows, type PlanRows, type TurnPlan } from '../../turns/plan.js';
 import { dropChatQueue } from '../../turns/queue-store.js';
 import { CHAT_REFUSAL, checkChatModel, chooseChatModel } from '../model-configurations/resolve.js';
 import { attachmentsOf } from './attachments.js';
@@ -116,6 +116,11 @@ export async function prepareTurn(ctx: ServiceContext, chatId: number): Promise<
   // token); the refusals come in the order of the checks: chat, project, agent, model.
   const rows = await loadPlanRows(ctx.database, ctx.principal, chatId);
   if (!rows) throw notFound('Chat');
+  return checkPlan(rows);
+}
+
+/** prepareTurn's checks on the plan's rows: the refusals in the order chat, project, agent, model. */
+export function checkPlan(rows: PlanRows): TurnPlan {
   const { chat } = rows;
   const project = checkUsableProject(
     chat.projectId,

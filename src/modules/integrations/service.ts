@@ -257,6 +257,12 @@ export async function deleteIntegration(ctx: ServiceContext, id: number) {
   await ctx.mcp.forget(id);
 }
 
+/** The condition on `integrations i`, for an organization and a project (SQL expressions). */
+export const integrationsOfProject = (organizationId: string, projectId: string) =>
+  `i.organization_id = ${organizationId} and i.enabled
+  and (i.all_projects or exists (
+    select 1 from integration_projects ip where ip.integration_id = i.id and ip.project_id = ${projectId}))`;
+
 /**
  * Enabled integrations of the organization that apply to the project (every project, or listed).
  * Read on every turn (the tool set), so hand-written: Drizzle's query building cost more CPU than
@@ -265,15 +271,28 @@ export async function deleteIntegration(ctx: ServiceContext, id: number) {
 const INTEGRATIONS_FOR_PROJECT_SQL = `
 select ${selectList(integrations, 'i')}
 from integrations i
-where i.organization_id = $1 and i.enabled
-  and (i.all_projects or exists (
-    select 1 from integration_projects ip where ip.integration_id = i.id and ip.project_id = $2))
+where ${integrationsOfProject('$1', '$2')}
 order by i.id`;
+
+/**
+ * Rows a chat turn read with its start (src/turns/turn-open.ts, the same condition), taken by the
+ * next integrationsForProject of that request context and project instead of a round trip.
+ */
+const readWithTurn = new WeakMap<ServiceContext, { projectId: number; rows: IntegrationRow[] }>();
+
+export function provideIntegrations(ctx: ServiceContext, projectId: number, rows: IntegrationRow[]): void {
+  readWithTurn.set(ctx, { projectId, rows });
+}
 
 export async function integrationsForProject(
   ctx: ServiceContext,
   projectId: number,
 ): Promise<IntegrationRow[]> {
+  const known = readWithTurn.get(ctx);
+  if (known?.projectId === projectId) {
+    readWithTurn.delete(ctx);
+    return known.rows;
+  }
   const { rows } = await ctx.database.query(INTEGRATIONS_FOR_PROJECT_SQL, [
     ctx.principal.organizationId,
     projectId,
