@@ -8,7 +8,7 @@ import { performance } from 'node:perf_hooks';
  *   the event loop (the model sent several in one read); those are merged into one event when the
  *   loop comes round (`setImmediate`). So every token goes out as it comes.
  * - Busy process (event-loop utilization high, see `EventLoopLoad`): a stream publishes at most
- *   one `content` event per window (20 to 50 ms, longer the busier): a delta arriving sooner after
+ *   one `content` event per window (20 to 100 ms, longer the busier): a delta arriving sooner after
  *   the stream's last event is held, merged with the ones after it, and published by one timer
  *   shared by every stream (`CoalescingScheduler`), not a timer per stream. Each event then costs
  *   one SSE write per reader and one stored row for several tokens.
@@ -101,7 +101,7 @@ export const DEFAULT_EVENT_LOOP_LOAD: EventLoopLoadOptions = {
   busyAt: 0.5,
   idleBelow: 0.3,
   minWindowMs: 20,
-  maxWindowMs: 50,
+  maxWindowMs: 100,
 };
 
 /**
