@@ -63,6 +63,8 @@ export interface LeanStreamOptions {
   retry?: RetryPolicy;
   /** Called on every chunk of bytes from the model (the idle watchdog). */
   onActivity?: () => void;
+  /** Holds a busy call's text (see ModelCall); the process's shared scheduler unless given (tests). */
+  scheduler?: CoalescingScheduler;
 }
 
 interface WireToolCall {
@@ -183,7 +185,8 @@ class ModelCall implements Flushable {
   private started = false;
   /** Registered with the scheduler's timer. */
   private held = false;
-  private lastWakeAt = Number.NEGATIVE_INFINITY;
+  /** When the consumer last took text: the window counts from there. */
+  private lastTakenAt = Number.NEGATIVE_INFINITY;
   private wake: (() => void) | null = null;
 
   private constructor(
@@ -220,7 +223,13 @@ class ModelCall implements Flushable {
           options.signal,
         ),
       );
-      return new ModelCall(response, span, result, options.onActivity, defaultScheduler());
+      return new ModelCall(
+        response,
+        span,
+        result,
+        options.onActivity,
+        options.scheduler ?? defaultScheduler(),
+      );
     } catch (err) {
       span.fail(err);
       span.end();
@@ -294,7 +303,7 @@ class ModelCall implements Flushable {
     if (this.held || this.wake === null) return;
     const now = this.scheduler.now();
     const window = this.started ? this.scheduler.windowMs(now) : 0;
-    if (window === 0 || now - this.lastWakeAt >= window) {
+    if (window === 0 || now - this.lastTakenAt >= window) {
       this.wakeNow();
       return;
     }
@@ -307,7 +316,6 @@ class ModelCall implements Flushable {
     const wake = this.wake;
     if (wake === null) return;
     this.wake = null;
-    this.lastWakeAt = this.scheduler.now();
     wake();
   }
 
@@ -324,6 +332,7 @@ class ModelCall implements Flushable {
     if (text) {
       this.text = '';
       this.started = true;
+      this.lastTakenAt = this.scheduler.now();
       this.result.text += text;
       parts.push({ type: 'text-delta', text });
       this.response.resume();
