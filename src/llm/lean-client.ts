@@ -9,8 +9,8 @@ import { DEFAULT_RETRY_POLICY, type RetryPolicy, retrying } from './bounded-retr
 /**
  * A lean streaming client for OpenAI Chat Completions (providers `openai-compatible` and
  * `openai`), used for chat turns instead of the AI SDK's `streamText` (docs/decisions.md, "Lean
- * model client"): one `fetch` per model call through the same guarded fetch as the SDK
- * providers, a small SSE parser (no web-stream transforms, no zod validation of every chunk), and
+ * model client"): one undici dispatch per model call through the same guarded dispatcher as the
+ * SDK providers' fetch, a small SSE parser (no web-stream transforms, no zod validation of every chunk), and
  * the tool loop written out. It keeps what the turn needs: text deltas, tool calls run with the
  * same AI SDK `Tool` objects (input validated by their schema), usage, abort, the bounded retry
  * policy with the SDK's error types (`APICallError`, `RetryError`, so failures are classified by
