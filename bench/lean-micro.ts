@@ -54,8 +54,10 @@ async function main() {
   let replies = 0;
   let parts = 0;
   let events = 0;
+  let replyMs = 0;
   const worker = async () => {
     while (!stop) {
+      const started = performance.now();
       const stream = streamLean(model, {
         system: '',
         messages: [{ role: 'user', content: 'Hi' }],
@@ -75,7 +77,10 @@ async function main() {
         content.push(part.text);
       }
       content.flush();
-      if (measuring) replies++;
+      if (measuring) {
+        replies++;
+        replyMs += performance.now() - started;
+      }
     }
   };
   for (let i = 0; i < C; i++) void worker();
@@ -95,6 +100,7 @@ async function main() {
       cpuMsPerReply: +(ms / replies).toFixed(2),
       partsPerReply: +(parts / replies).toFixed(1),
       eventsPerReply: +(events / replies).toFixed(1),
+      msPerReply: Math.round(replyMs / replies),
       cpuShare: +(ms / (seconds * 1000)).toFixed(2),
     }),
   );
