@@ -8,6 +8,7 @@ import type { AddressInfo } from 'node:net';
 import { Agent } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type LeanModel, streamLean, type TurnStreamPart } from '../src/llm/lean-client.js';
+import { CoalescingScheduler } from '../src/streams/coalescer.js';
 import { sleep } from './streams-support.js';
 
 const chunk = (data: unknown) => `data: ${JSON.stringify(data)}\n\n`;
@@ -16,8 +17,11 @@ const finish = chunk({ choices: [{ index: 0, delta: {}, finish_reason: 'stop' }]
 const usage = chunk({ choices: [], usage: { prompt_tokens: 3, completion_tokens: 4 } });
 const done = 'data: [DONE]\n\n';
 
-/** What the server writes, one `write` per entry, 40 ms apart (so each is a read of its own). */
-let writes: string[] = [];
+/**
+ * What the server writes, one `write` per string, 40 ms apart (so each is a read of its own); a
+ * number is a further wait in ms.
+ */
+let writes: (string | number)[] = [];
 let server: http.Server;
 let model: LeanModel;
 const agent = new Agent();
@@ -28,6 +32,10 @@ beforeAll(async () => {
     req.on('end', async () => {
       res.writeHead(200, { 'content-type': 'text/event-stream' });
       for (const [i, piece] of writes.entries()) {
+        if (typeof piece === 'number') {
+          await sleep(piece);
+          continue;
+        }
         if (i > 0) await sleep(40);
         res.write(piece);
       }
@@ -49,8 +57,9 @@ afterAll(async () => {
   await new Promise((resolve) => server.close(resolve));
 });
 
-async function parts(): Promise<{ parts: TurnStreamPart[]; usage: unknown }> {
+async function parts(scheduler?: CoalescingScheduler): Promise<{ parts: TurnStreamPart[]; usage: unknown }> {
   const stream = streamLean(model, {
+    scheduler,
     system: '',
     messages: [{ role: 'user', content: 'Hi' }],
     tools: {},
@@ -91,5 +100,56 @@ describe('lean client reads', () => {
     writes = [whole.slice(0, 20), whole.slice(20)];
     const { parts: out } = await parts();
     expect(out.filter((p) => p.type === 'text-delta')).toEqual([{ type: 'text-delta', text: 'split' }]);
+  });
+
+  describe('in a busy process (coalescing at the source)', () => {
+    const texts = (out: TurnStreamPart[]) =>
+      out.filter((p) => p.type === 'text-delta').map((p) => (p as { text: string }).text);
+    const eight = ['a', 'b', 'c', 'd', 'e', 'f', 'g'].map(content);
+
+    it('the first text goes at once; later text waits for the window, merged; the end is not held', async () => {
+      writes = [...eight, [content('h'), finish, usage, done].join('')];
+      const { parts: out, usage: total } = await parts(new CoalescingScheduler({ windowMs: () => 10_000 }));
+      // b..h arrived within the window after 'a': one wake-up, by the body's end (not after 10 s).
+      expect(texts(out)).toEqual(['a', 'bcdefgh']);
+      expect(out.at(-1)).toMatchObject({ type: 'finish-step', finishReason: 'stop' });
+      expect(total).toEqual({ inputTokens: 3, outputTokens: 4 });
+    });
+
+    it('held text is released by the scheduler timer, before the body ends', async () => {
+      writes = [content('a'), content('b'), 400, [content('c'), finish, done].join('')];
+      const scheduler = new CoalescingScheduler({ windowMs: () => 100 });
+      const stream = streamLean(model, {
+        system: '',
+        messages: [{ role: 'user', content: 'Hi' }],
+        tools: {},
+        maxSteps: 1,
+        signal: new AbortController().signal,
+        scheduler,
+      });
+      const seen: { text: string; at: number }[] = [];
+      const start = performance.now();
+      for await (const part of stream.fullStream)
+        if (part.type === 'text-delta') seen.push({ text: part.text, at: performance.now() - start });
+      expect(seen.map((s) => s.text)).toEqual(['a', 'b', 'c']);
+      // 'b' came 40 ms after 'a' and waited for the 100 ms window, not for 'c' (400 ms later).
+      expect(seen[1]!.at - seen[0]!.at).toBeGreaterThanOrEqual(90);
+      expect(seen[2]!.at - seen[1]!.at).toBeGreaterThanOrEqual(250);
+    });
+
+    it('an idle process (window 0) hands over every read as it comes', async () => {
+      writes = [...eight, [content('h'), finish, done].join('')];
+      const { parts: out } = await parts(new CoalescingScheduler({ windowMs: () => 0 }));
+      expect(texts(out)).toEqual(['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h']);
+    });
+
+    it('an error chunk is not held behind the window', async () => {
+      writes = [content('a'), content('b'), chunk({ error: { message: 'boom' } }), 2000, done];
+      const start = performance.now();
+      const { parts: out } = await parts(new CoalescingScheduler({ windowMs: () => 10_000 }));
+      expect(out.map((p) => p.type)).toEqual(['text-delta', 'text-delta', 'error', 'finish-step']);
+      expect(texts(out)).toEqual(['a', 'b']);
+      expect(performance.now() - start).toBeLessThan(1500);
+    });
   });
 });

@@ -1,14 +1,16 @@
+import { StringDecoder } from 'node:string_decoder';
 import { APICallError } from '@ai-sdk/provider';
 import { asSchema, type ModelMessage, type Tool } from 'ai';
-import { type Dispatcher, request } from 'undici';
+import type { Dispatcher } from 'undici';
+import { type CoalescingScheduler, defaultScheduler, type Flushable } from '../streams/coalescer.js';
 import { startModelSpan } from '../telemetry/tracing.js';
 import { DEFAULT_RETRY_POLICY, type RetryPolicy, retrying } from './bounded-retries.js';
 
 /**
  * A lean streaming client for OpenAI Chat Completions (providers `openai-compatible` and
  * `openai`), used for chat turns instead of the AI SDK's `streamText` (docs/decisions.md, "Lean
- * model client"): one `fetch` per model call through the same guarded fetch as the SDK
- * providers, a small SSE parser (no web-stream transforms, no zod validation of every chunk), and
+ * model client"): one undici dispatch per model call through the same guarded dispatcher as the
+ * SDK providers' fetch, a small SSE parser (no web-stream transforms, no zod validation of every chunk), and
  * the tool loop written out. It keeps what the turn needs: text deltas, tool calls run with the
  * same AI SDK `Tool` objects (input validated by their schema), usage, abort, the bounded retry
  * policy with the SDK's error types (`APICallError`, `RetryError`, so failures are classified by
@@ -61,6 +63,8 @@ export interface LeanStreamOptions {
   retry?: RetryPolicy;
   /** Called on every chunk of bytes from the model (the idle watchdog). */
   onActivity?: () => void;
+  /** Holds a busy call's text (see ModelCall); the process's shared scheduler unless given (tests). */
+  scheduler?: CoalescingScheduler;
 }
 
 interface WireToolCall {
@@ -156,49 +160,44 @@ export interface StepResult {
 }
 
 /**
- * One model call: the request (with the bounded retries), then its SSE body read in flowing mode.
- * `next()` returns the parts of everything that arrived since the last call (one text delta for
- * all the content deltas read, see below), `null` at the end. The turn's generator awaits one
- * promise per read of the socket; no async iterator over the body and no generator of its own,
- * so a token costs one hop through the generators (docs/decisions.md, "Lean model client").
+ * One model call: the request (with the bounded retries), then its SSE body, handed to us by
+ * undici chunk by chunk (`ModelResponse`, a dispatch handler: no body `Readable`, no `data`
+ * events) and parsed as it arrives. `next()` returns the parts of everything parsed since the last
+ * call (one text delta for all of its content deltas), `null` at the end. The turn's generator
+ * awaits one promise per wake-up; no async iterator over the body and no generator of its own.
+ *
+ * When the process is busy (the coalescer's load signal, streams/coalescer.ts) a call whose first
+ * text was taken does not wake its consumer for every chunk: text arriving sooner than the
+ * coalescing window after the last wake-up waits, merged, for the scheduler's shared timer, the
+ * one that publishes the streams' merged deltas. The turn then does per window what it did per
+ * token (generator hops, the runner's loop, the coalescer). The first text, an error and the end
+ * wake it at once (docs/decisions.md, "Coalescing at the source").
  */
-class ModelCall {
+class ModelCall implements Flushable {
   private readonly chunks: ChunkReader;
-  /** Text that arrived and was not taken by `next()` yet. */
-  private queued = '';
-  private ended = false;
+  /** Text parsed and not taken by `next()` yet. */
+  private text = '';
+  /** An error chunk parsed and not taken yet; nothing after it is parsed. */
+  private error: unknown = null;
+  private errored = false;
   private stopped = false;
-  private failure: unknown = null;
+  /** The consumer took text already: later text may wait for the window. */
+  private started = false;
+  /** Registered with the scheduler's timer. */
+  private held = false;
+  /** When the consumer last took text: the window counts from there. */
+  private lastTakenAt = Number.NEGATIVE_INFINITY;
   private wake: (() => void) | null = null;
 
   private constructor(
-    private readonly body: ModelResponse['body'],
+    private readonly response: ModelResponse,
     private readonly span: ReturnType<typeof startModelSpan>,
     private readonly result: StepResult,
     private readonly onActivity: (() => void) | undefined,
+    private readonly scheduler: CoalescingScheduler,
   ) {
     this.chunks = new ChunkReader(result, span);
-    body.setEncoding('utf8');
-    body.on('data', (piece: string) => {
-      this.onActivity?.();
-      this.queued = this.queued ? this.queued + piece : piece;
-      // A consumer that stopped taking (a long tool approval cannot happen mid-step, but a stalled
-      // turn could): stop reading until it takes again rather than queue without bound.
-      if (this.queued.length > MAX_QUEUED_CHARS) body.pause();
-      this.notify();
-    });
-    body.on('end', () => {
-      this.ended = true;
-      this.notify();
-    });
-    body.on('error', (err) => {
-      this.failure ??= err;
-      this.notify();
-    });
-    body.on('close', () => {
-      if (!this.ended) this.failure ??= new Error('The model closed its response before its end');
-      this.notify();
-    });
+    response.sink = this;
   }
 
   static async start(
@@ -224,7 +223,13 @@ class ModelCall {
           options.signal,
         ),
       );
-      return new ModelCall(response.body, span, result, options.onActivity);
+      return new ModelCall(
+        response,
+        span,
+        result,
+        options.onActivity,
+        options.scheduler ?? defaultScheduler(),
+      );
     } catch (err) {
       span.fail(err);
       span.end();
@@ -236,9 +241,10 @@ class ModelCall {
   async next(): Promise<TurnStreamPart[] | null> {
     for (;;) {
       if (this.stopped) return null;
-      if (this.queued) return this.parse();
-      if (this.failure !== null) throw this.failure;
-      if (this.ended) return null;
+      if (this.text || this.errored) return this.take();
+      const { failure } = this.response;
+      if (failure !== null) throw failure;
+      if (this.response.complete) return null;
       await new Promise<void>((resolve) => {
         this.wake = resolve;
       });
@@ -260,32 +266,79 @@ class ModelCall {
   /** Stops reading (a failure, an abort, or the consumer stopping): the connection is dropped. */
   close(): void {
     this.stopped = true;
-    if (!this.body.readableEnded) this.body.destroy();
+    this.release();
+    this.response.close();
     this.span.end();
   }
 
-  private notify(): void {
-    const wake = this.wake;
-    this.wake = null;
-    wake?.();
+  /** The scheduler's timer: the held text goes to the consumer now. */
+  flush(): void {
+    this.held = false;
+    this.wakeNow();
   }
 
-  /**
-   * Parses the complete lines of what arrived. The text of every chunk in it is returned as one
-   * delta: one hop through the generators and the runner per read, not per token.
-   */
-  private parse(): TurnStreamPart[] {
-    const queued = this.queued;
-    this.queued = '';
-    if (this.body.isPaused()) this.body.resume();
-    const { text, error } = this.chunks.read(queued);
+  // ---- from ModelResponse ----
+
+  /** A piece of the body: parsed at once; false asks undici to stop reading until `take`. */
+  data(piece: string): boolean {
+    this.onActivity?.();
+    if (this.errored || this.stopped) return true;
+    const { text, error } = this.chunks.read(piece);
+    if (text) this.text = this.text ? this.text + text : text;
+    if (error !== null) {
+      this.error = error;
+      this.errored = true;
+      this.wakeNow();
+    } else if (text) this.textArrived();
+    // A consumer that stopped taking: stop reading until it takes again rather than queue without bound.
+    return this.text.length <= MAX_QUEUED_CHARS;
+  }
+
+  /** The body's end or failure (`response.complete`, `response.failure`). */
+  ended(): void {
+    this.wakeNow();
+  }
+
+  private textArrived(): void {
+    if (this.held || this.wake === null) return;
+    const now = this.scheduler.now();
+    const window = this.started ? this.scheduler.windowMs(now) : 0;
+    if (window === 0 || now - this.lastTakenAt >= window) {
+      this.wakeNow();
+      return;
+    }
+    this.held = true;
+    this.scheduler.hold(this, window);
+  }
+
+  private wakeNow(): void {
+    this.release();
+    const wake = this.wake;
+    if (wake === null) return;
+    this.wake = null;
+    wake();
+  }
+
+  private release(): void {
+    if (!this.held) return;
+    this.held = false;
+    this.scheduler.release(this);
+  }
+
+  private take(): TurnStreamPart[] {
+    this.release();
     const parts: TurnStreamPart[] = [];
+    const { text } = this;
     if (text) {
+      this.text = '';
+      this.started = true;
+      this.lastTakenAt = this.scheduler.now();
       this.result.text += text;
       parts.push({ type: 'text-delta', text });
+      this.response.resume();
     }
-    if (error !== null) {
-      parts.push({ type: 'error', error });
+    if (this.errored) {
+      parts.push({ type: 'error', error: this.error });
       // Nothing after an error is read: the step ends there.
       this.stopped = true;
     }
@@ -475,54 +528,191 @@ const NEEDS_DECODING = /["\\\u0000-\u001f]/;
 /** Text received and not yet parsed beyond which reading pauses (see ModelCall). */
 const MAX_QUEUED_CHARS = 1 << 20;
 
-type ModelResponse = Dispatcher.ResponseData;
+/**
+ * One HTTP request, as an undici dispatch handler: its promise resolves when a 2xx status arrives,
+ * and the body then goes, decoded, straight from undici's parser to the call (`sink`); nothing is
+ * buffered here but what arrives before the call takes over. A failure before the stream starts
+ * is an `APICallError`, as from the SDK.
+ */
+class ModelResponse implements Dispatcher.DispatchHandlers {
+  /** Set once the body is done (`complete`) or failed (`failure`). */
+  complete = false;
+  failure: unknown = null;
+  private readonly decoder = new StringDecoder('utf8');
+  private sink_: { data(piece: string): boolean; ended(): void } | null = null;
+  /** Body text that arrived before the sink was set (or, for an error status, the whole body). */
+  private early = '';
+  private status = 0;
+  private headers: Record<string, string> = {};
+  private abortRequest: ((err?: Error) => void) | null = null;
+  private resumeRequest: (() => void) | null = null;
+  private paused = false;
+  private settled = false;
+  private readonly onAbort = () => this.abort(this.signal.reason);
 
-/** One HTTP request; a failure before the stream starts is an `APICallError`, as from the SDK. */
-async function post(model: LeanModel, body: unknown, signal: AbortSignal): Promise<ModelResponse> {
+  constructor(
+    private readonly model: LeanModel,
+    private readonly requestBody: unknown,
+    private readonly signal: AbortSignal,
+    private readonly resolve: (response: ModelResponse) => void,
+    private readonly reject: (err: unknown) => void,
+  ) {
+    signal.addEventListener('abort', this.onAbort, { once: true });
+  }
+
+  set sink(sink: { data(piece: string): boolean; ended(): void }) {
+    this.sink_ = sink;
+    const early = this.early;
+    this.early = '';
+    if (early && !sink.data(early)) this.pause();
+    if (this.complete || this.failure !== null) sink.ended();
+  }
+
+  /** Reading again after `data` asked to pause. */
+  resume(): void {
+    if (!this.paused) return;
+    this.paused = false;
+    this.resumeRequest?.();
+  }
+
+  /** Drops the connection unless the body is done. */
+  close(): void {
+    this.cleanup();
+    if (!this.complete && this.failure === null) this.abort(new Error('The model call was closed'));
+  }
+
+  onConnect(abort: (err?: Error) => void): void {
+    this.abortRequest = abort;
+    if (this.signal.aborted) abort(this.signal.reason);
+  }
+
+  onHeaders(statusCode: number, rawHeaders: Buffer[] | string[] | null, resume: () => void): boolean {
+    this.status = statusCode;
+    this.resumeRequest = resume;
+    if (statusCode >= 200 && statusCode < 300) {
+      this.settled = true;
+      this.resolve(this);
+      return true;
+    }
+    const headers: Record<string, string> = {};
+    for (let i = 0; rawHeaders && i + 1 < rawHeaders.length; i += 2) {
+      const name = rawHeaders[i]!.toString().toLowerCase();
+      const value = rawHeaders[i + 1]!.toString();
+      headers[name] = name in headers ? `${headers[name]}, ${value}` : value;
+    }
+    this.headers = headers;
+    return true;
+  }
+
+  onData(chunk: Buffer): boolean {
+    const piece = this.decoder.write(chunk);
+    if (!piece) return true;
+    if (this.sink_ === null) {
+      this.early += piece;
+      return true;
+    }
+    if (this.sink_.data(piece)) return true;
+    this.paused = true;
+    return false;
+  }
+
+  onComplete(): void {
+    const rest = this.decoder.end();
+    if (rest) this.onData(Buffer.from(rest));
+    this.complete = true;
+    this.cleanup();
+    if (!this.settled) {
+      this.settled = true;
+      this.reject(this.statusError());
+      return;
+    }
+    this.sink_?.ended();
+  }
+
+  onError(err: Error): void {
+    this.failure ??= err;
+    this.cleanup();
+    if (!this.settled) {
+      this.settled = true;
+      if (this.signal.aborted) this.reject(this.signal.reason ?? err);
+      else if (this.status !== 0) this.reject(this.statusError());
+      // The SDK's wording and retryability for a connection that could not be made; the cause
+      // keeps a refused address (OutboundUrlError) for llm/provider-errors.ts.
+      else
+        this.reject(
+          new APICallError({
+            message: `Cannot connect to API: ${err instanceof Error ? err.message : String(err)}`,
+            url: this.model.url,
+            requestBodyValues: this.requestBody,
+            cause: err,
+            isRetryable: true,
+          }),
+        );
+      return;
+    }
+    this.sink_?.ended();
+  }
+
+  private pause(): void {
+    this.paused = true;
+  }
+
+  private abort(err: unknown): void {
+    const abort = this.abortRequest;
+    if (abort) abort(err instanceof Error ? err : new Error(String(err)));
+    else this.onError(err instanceof Error ? err : new Error(String(err)));
+  }
+
+  private cleanup(): void {
+    this.signal.removeEventListener('abort', this.onAbort);
+  }
+
+  private statusError(): APICallError {
+    const status = this.status;
+    const text = this.early;
+    this.early = '';
+    let message = `HTTP ${status}`;
+    try {
+      const parsed = JSON.parse(text);
+      if (typeof parsed?.error?.message === 'string') message = parsed.error.message;
+    } catch {
+      // Not JSON: the status stands.
+    }
+    return new APICallError({
+      message,
+      url: this.model.url,
+      requestBodyValues: this.requestBody,
+      statusCode: status,
+      responseHeaders: this.headers,
+      responseBody: text,
+      isRetryable: status === 408 || status === 409 || status === 429 || status >= 500,
+    });
+  }
+}
+
+/** Sends one request; resolves to its response once a 2xx status arrived (see ModelResponse). */
+function post(model: LeanModel, body: unknown, signal: AbortSignal): Promise<ModelResponse> {
   // The guard refuses a URL before anything is sent (OutboundUrlError, not retried).
   const dispatcher = model.dispatcher(model.url);
-  let response: ModelResponse;
-  try {
-    response = await request(model.url, {
-      method: 'POST',
-      headers: model.headers,
-      body: JSON.stringify(body),
-      signal,
-      dispatcher,
-    });
-  } catch (err) {
-    if (signal.aborted) throw signal.reason ?? err;
-    // The SDK's wording and retryability for a connection that could not be made; the cause
-    // keeps a refused address (OutboundUrlError) for llm/provider-errors.ts.
-    throw new APICallError({
-      message: `Cannot connect to API: ${err instanceof Error ? err.message : String(err)}`,
-      url: model.url,
-      requestBodyValues: body,
-      cause: err,
-      isRetryable: true,
-    });
-  }
-  const status = response.statusCode;
-  if (status >= 200 && status < 300) return response;
-  const text = await response.body.text().catch(() => '');
-  const headers: Record<string, string> = {};
-  for (const [name, value] of Object.entries(response.headers))
-    if (value !== undefined) headers[name] = Array.isArray(value) ? value.join(', ') : value;
-  let message = `HTTP ${status}`;
-  try {
-    const parsed = JSON.parse(text);
-    if (typeof parsed?.error?.message === 'string') message = parsed.error.message;
-  } catch {
-    // Not JSON: the status stands.
-  }
-  throw new APICallError({
-    message,
-    url: model.url,
-    requestBodyValues: body,
-    statusCode: status,
-    responseHeaders: headers,
-    responseBody: text,
-    isRetryable: status === 408 || status === 409 || status === 429 || status >= 500,
+  if (signal.aborted) return Promise.reject(signal.reason);
+  const url = new URL(model.url);
+  const payload = JSON.stringify(body);
+  return new Promise<ModelResponse>((resolve, reject) => {
+    const response = new ModelResponse(model, body, signal, resolve, reject);
+    try {
+      dispatcher.dispatch(
+        {
+          origin: url.origin,
+          path: `${url.pathname}${url.search}`,
+          method: 'POST',
+          headers: model.headers,
+          body: payload,
+        },
+        response,
+      );
+    } catch (err) {
+      response.onError(err as Error);
+    }
   });
 }
 

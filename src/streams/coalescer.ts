@@ -8,7 +8,7 @@ import { performance } from 'node:perf_hooks';
  *   the event loop (the model sent several in one read); those are merged into one event when the
  *   loop comes round (`setImmediate`). So every token goes out as it comes.
  * - Busy process (event-loop utilization high, see `EventLoopLoad`): a stream publishes at most
- *   one `content` event per window (20 to 50 ms, longer the busier): a delta arriving sooner after
+ *   one `content` event per window (20 to 100 ms, longer the busier): a delta arriving sooner after
  *   the stream's last event is held, merged with the ones after it, and published by one timer
  *   shared by every stream (`CoalescingScheduler`), not a timer per stream. Each event then costs
  *   one SSE write per reader and one stored row for several tokens.
@@ -101,7 +101,7 @@ export const DEFAULT_EVENT_LOOP_LOAD: EventLoopLoadOptions = {
   busyAt: 0.5,
   idleBelow: 0.3,
   minWindowMs: 20,
-  maxWindowMs: 50,
+  maxWindowMs: 100,
 };
 
 /**
@@ -142,13 +142,18 @@ export class EventLoopLoad implements LoadSignal {
   }
 }
 
+/** What the scheduler holds: a stream's merged deltas, or a model call's unread text (llm/lean-client.ts). */
+export interface Flushable {
+  flush(): void;
+}
+
 /**
  * Publishes the held deltas of every stream from one timer: armed when the first stream is held,
  * it fires after that stream's window and publishes every stream held by then (a stream held
  * later waits less, never more).
  */
 export class CoalescingScheduler {
-  private held = new Set<ContentCoalescer>();
+  private held = new Set<Flushable>();
   private timer: NodeJS.Timeout | null = null;
 
   constructor(
@@ -160,7 +165,7 @@ export class CoalescingScheduler {
     return this.load.windowMs(now);
   }
 
-  hold(coalescer: ContentCoalescer, windowMs: number): void {
+  hold(coalescer: Flushable, windowMs: number): void {
     this.held.add(coalescer);
     if (this.timer) return;
     this.timer = setTimeout(() => this.flushAll(), windowMs);
@@ -168,7 +173,7 @@ export class CoalescingScheduler {
     this.timer.unref();
   }
 
-  release(coalescer: ContentCoalescer): void {
+  release(coalescer: Flushable): void {
     this.held.delete(coalescer);
   }
 
@@ -193,7 +198,12 @@ export class CoalescingScheduler {
 
 let shared: CoalescingScheduler | null = null;
 
-function defaultScheduler(): CoalescingScheduler {
+/**
+ * The process's scheduler, shared by every stream's coalescer and by the lean model client, which
+ * holds a busy call's text with the same windows and releases it on the same timer, just before
+ * the coalescers publish (docs/decisions.md, "Coalescing at the source").
+ */
+export function defaultScheduler(): CoalescingScheduler {
   shared ??= new CoalescingScheduler();
   return shared;
 }
