@@ -6,8 +6,11 @@
  */
 import { eq, inArray } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { OrgPrincipal } from '../src/core/principal.js';
 import { chatMessages, chats } from '../src/db/schema/index.js';
 import { batchStats } from '../src/modules/chats/prepared.js';
+import { presentChat } from '../src/modules/chats/presenter.js';
+import { listChats } from '../src/modules/chats/service.js';
 import { emptyChat } from './chats-support.js';
 import {
   type ApiResponse,
@@ -166,5 +169,85 @@ describe('concurrent empty-chat creations', () => {
       .from(chats)
       .where(eq(chats.id, results[0].body.response.chat.id));
     expect(first.apiKeyId).toBeGreaterThan(0);
+  });
+});
+
+describe('the chat list written by PostgreSQL', () => {
+  it('gives what listChats and the presenter give, key order included, alone and in a batch', async () => {
+    const lister = await createOrg(t);
+    const db = t.deps.database.db;
+    const agent = await call(t, 'POST', '/api/v1/agents', {
+      key: lister.orgKey,
+      body: { name: 'Agent', instructions: 'Be brief' },
+    });
+    expectStatus(agent, 201);
+    const second = await call(t, 'POST', '/api/v1/projects', {
+      key: lister.orgKey,
+      body: { name: 'Second', use_default_group: true },
+    });
+    expectStatus(second, 201);
+    const ids: number[] = [];
+    for (let i = 0; i < 5; i++) ids.push(await emptyChat(t, lister));
+    const inSecond = await call(t, 'POST', '/api/v2/chats', {
+      key: lister.orgKey,
+      body: { project_id: second.body.project.id },
+    });
+    expectStatus(inSecond, 201);
+    // A title to escape, an agent, an archived chat (not listed), and another key's chat (not listed).
+    await db.update(chats).set({ title: 'Say "hi"\n\t– ünï 🙂' }).where(eq(chats.id, ids[1]));
+    await db.update(chats).set({ agentId: agent.body.agent.id }).where(eq(chats.id, ids[2]));
+    expectStatus(await call(t, 'DELETE', `/api/v2/chats/${ids[3]}`, { key: lister.orgKey }), 204);
+    await call(t, 'POST', '/api/v2/chats', { key: lister.adminKey, body: { project_id: lister.projectId } });
+
+    const {
+      rows: [{ id: keyId }],
+    } = await t.deps.database.query<{ id: number }>('select api_key_id as id from chats where id = $1', [
+      ids[0],
+    ]);
+    const principal = {
+      kind: 'organization',
+      keyId,
+      organizationId: lister.organizationId,
+      userId: null,
+      role: 'admin',
+    } as OrgPrincipal;
+    const ctx = { db, principal } as Parameters<typeof listChats>[0];
+    const expected = async (query: { page: number; page_size: number; project_id?: number }) => {
+      const { rows, total } = await listChats(ctx, query);
+      return {
+        status: 'ok',
+        response: {
+          chats: JSON.parse(JSON.stringify(rows.map((row) => presentChat(row)))),
+          pagination: {
+            page: query.page,
+            page_size: query.page_size,
+            total_count: total,
+            total_pages: Math.ceil(total / query.page_size),
+          },
+        },
+      };
+    };
+    const urls: [string, { page: number; page_size: number; project_id?: number }][] = [
+      ['/api/v2/chats', { page: 1, page_size: 50 }],
+      ['/api/v2/chats?page=2&page_size=2', { page: 2, page_size: 2 }],
+      ['/api/v2/chats?page=9&page_size=2', { page: 9, page_size: 2 }],
+      [
+        `/api/v2/chats?project_id=${second.body.project.id}`,
+        { page: 1, page_size: 50, project_id: second.body.project.id },
+      ],
+      ['/api/v2/chats?project_id=999999', { page: 1, page_size: 50, project_id: 999999 }],
+    ];
+    const first = await expected(urls[0][1]);
+    expect(first.response.pagination.total_count).toBe(5);
+    expect(first.response.chats.map((c: any) => c.title)).toContain('Say "hi"\n\t– ünï 🙂');
+    expect(first.response.chats.map((c: any) => c.agent_id)).toContain(agent.body.agent.id);
+    const alone = await call(t, 'GET', urls[0][0], { key: lister.orgKey });
+    expectStatus(alone, 200);
+    expect(alone.headers['content-type']).toBe('application/json; charset=utf-8');
+    expect(alone.body).toEqual(first);
+    for (const [i, chat] of alone.body.response.chats.entries())
+      expect(Object.keys(chat)).toEqual(Object.keys(first.response.chats[i]));
+    const together = await Promise.all(urls.map(([url]) => call(t, 'GET', url, { key: lister.orgKey })));
+    for (const [i, res] of together.entries()) expect(res.body).toEqual(await expected(urls[i][1]));
   });
 });
