@@ -39,14 +39,16 @@ const TYPES = ['int', 'int', 'int', 'int', 'boolean', 'int', 'int'];
 
 /*
  * The same for concurrent requests in one statement (prepared.ts, `batchedRow`): one commit for
- * all. Each request's id is drawn first, so its row is found again whatever was refused.
+ * all. Each request's id is drawn first, so its row is found again whatever was refused; each
+ * chat gets its own creation time (`now()` would give the whole batch the transaction's).
  */
 const CREATE_EMPTY_CHATS = `with i as (
-  select i.*, nextval(pg_get_serial_sequence('chats', 'id')) as new_id from ${batchInputs(TYPES)}
+  select i.*, nextval(pg_get_serial_sequence('chats', 'id')) as new_id, clock_timestamp() as at
+  from ${batchInputs(TYPES)}
 ), ins as (
-  insert into chats (id, organization_id, api_key_id, user_id, project_id, model_configuration_id)
+  insert into chats (id, organization_id, api_key_id, user_id, project_id, model_configuration_id, created_at, updated_at)
   overriding system value
-  select i.new_id, i.p2, i.p3, i.p4, p.id, m.id from i
+  select i.new_id, i.p2, i.p3, i.p4, p.id, m.id, i.at, i.at from i
   cross join lateral (${forEachInput(PROJECT)}) p
   cross join lateral (${forEachInput(MODEL)}) m
   returning id, project_id, model_configuration_id, created_at
