@@ -7,15 +7,22 @@
  * on a fresh PostgreSQL database or PGlite) is pinned to core 1; this process and the fake model to
  * core 0. See bench/README.md.
  */
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import type { ChildProcess } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { type Agent, request } from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
-import { createInterface } from 'node:readline';
 import { parseArgs } from 'node:util';
-import pg from 'pg';
+import {
+  bootstrap,
+  pinSelf,
+  prepareDatabase,
+  ROOT,
+  serviceEnv,
+  startFakeModel,
+  startService,
+  stopChild,
+} from './harness.js';
 import {
   DIRECT_MARKERS,
   type LoopResult,
@@ -24,8 +31,6 @@ import {
   SERVICE_MARKERS,
 } from './load-loop.js';
 import { coreBusyPercent, coreTicks, processTree, treeCpuMs, treeRssMb } from './proc-stats.js';
-
-const ROOT = path.resolve(import.meta.dirname, '..');
 
 const { values: opts } = parseArgs({
   options: {
@@ -64,7 +69,6 @@ const MODEL = { tokens: Number(opts.tokens), ttftMs: Number(opts.ttft), delayMs:
 const PIN = !opts['no-pin'];
 const PROFILE_DIR = path.join(ROOT, 'bench', 'profiles');
 const RESULTS_DIR = path.join(ROOT, 'bench', 'results');
-const ADMIN_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 
 const log = (...args: unknown[]) => {
   if (!opts['json-only']) console.error(...args);
@@ -84,130 +88,6 @@ function median(values: number[]): number {
   const sorted = [...finite].sort((a, b) => a - b);
   const mid = sorted.length >> 1;
   return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
-}
-
-/** `taskset -c CORE` before a command, unless pinning is off. */
-const pinned = (core: number, command: string, args: string[]): [string, string[]] =>
-  PIN ? ['taskset', ['-c', String(core), command, ...args]] : [command, args];
-
-function pinSelf() {
-  if (!PIN) return;
-  if (os.cpus().length < 2) throw new Error('pinning needs 2 cores; run with --no-pin on a 1-core machine');
-  // -a: every thread of this process (V8's and libuv's), not only the main one.
-  const result = spawnSync('taskset', ['-a', '-pc', '0', String(process.pid)], { encoding: 'utf8' });
-  if (result.status !== 0) throw new Error(`taskset failed: ${result.stderr || result.error}`);
-}
-
-async function startFakeModel(): Promise<{ child: ChildProcess; port: number }> {
-  const [command, args] = pinned(0, process.execPath, [
-    '--import',
-    'tsx',
-    'bench/fake-model.ts',
-    '--tokens',
-    String(MODEL.tokens),
-    '--ttft',
-    String(MODEL.ttftMs),
-    '--delay',
-    String(MODEL.delayMs),
-  ]);
-  const child = spawn(command, args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] });
-  const lines = createInterface({ input: child.stdout! });
-  const port = await new Promise<number>((resolve, reject) => {
-    lines.once('line', (line) => resolve(JSON.parse(line).port));
-    child.once('exit', (code) => reject(new Error(`fake model exited (${code})`)));
-  });
-  return { child, port };
-}
-
-interface Database {
-  env: Record<string, string>;
-  cleanup(): Promise<void>;
-}
-
-async function adminQuery(text: string) {
-  const client = new pg.Client({ connectionString: ADMIN_URL });
-  await client.connect();
-  try {
-    await client.query(text);
-  } finally {
-    await client.end();
-  }
-}
-
-async function prepareDatabase(): Promise<Database> {
-  const dataDir = mkdtempSync(path.join(os.tmpdir(), 'scriptorium-bench-'));
-  const removeDir = () => rmSync(dataDir, { recursive: true, force: true });
-  if (BACKEND === 'pglite') return { env: { DATA_DIR: dataDir }, cleanup: async () => removeDir() };
-  const name = `scriptorium_bench_${randomBytes(4).toString('hex')}`;
-  await adminQuery(`CREATE DATABASE ${name}`);
-  const url = new URL(ADMIN_URL);
-  url.pathname = `/${name}`;
-  return {
-    env: { DATA_DIR: dataDir, DATABASE_URL: url.toString() },
-    cleanup: async () => {
-      await adminQuery(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      removeDir();
-    },
-  };
-}
-
-function serviceEnv(db: Database, modelPort: number, port: number): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = { ...process.env };
-  // The service's database and cache are only the ones made for this run.
-  delete env.DATABASE_URL;
-  delete env.REDIS_URL;
-  return {
-    ...env,
-    ...db.env,
-    PORT: String(port),
-    HOST: '127.0.0.1',
-    LLM_PROVIDER: 'openai-compatible',
-    LLM_BASE_URL: `http://127.0.0.1:${modelPort}/v1`,
-    LLM_MODEL: 'bench',
-    OUTBOUND_ALLOW_PRIVATE: 'true',
-    RATE_LIMIT_PER_MINUTE: '1000000000',
-    // Thousands of replies per run: the default 1,000 credits would run out (402) mid-run.
-    DEFAULT_ORG_CREDITS: '1000000000',
-    SECRET_KEY: 'bench-secret-key-0123456789',
-    LOG_LEVEL: 'warn',
-  };
-}
-
-function bootstrap(env: NodeJS.ProcessEnv): { organization_key: string; project_id: number } {
-  const result = spawnSync('npm', ['run', '--silent', 'cli', '--', 'bootstrap', '--json'], {
-    cwd: ROOT,
-    env,
-    encoding: 'utf8',
-  });
-  if (result.status !== 0) throw new Error(`bootstrap failed: ${result.stderr}`);
-  return JSON.parse(result.stdout);
-}
-
-async function startService(env: NodeJS.ProcessEnv, profileDir: string | null): Promise<ChildProcess> {
-  // Node's own file names (CPU.<date>.<time>.<pid>.<thread>.<seq>.cpuprofile): one per thread that
-  // runs JavaScript, the main one and tsx's module-loader thread; a fixed name would overwrite.
-  const nodeArgs = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [];
-  const [command, args] = pinned(1, process.execPath, [...nodeArgs, '--import', 'tsx', 'src/main.ts']);
-  const child = spawn(command, args, { cwd: ROOT, env, stdio: ['ignore', 'inherit', 'inherit'] });
-  const base = `http://127.0.0.1:${env.PORT}`;
-  for (let i = 0; i < 600; i++) {
-    if (child.exitCode !== null) throw new Error(`service exited while starting (${child.exitCode})`);
-    try {
-      if ((await fetch(`${base}/ready`)).ok) return child;
-    } catch {}
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-  child.kill('SIGKILL');
-  throw new Error('service did not become ready within 60 s');
-}
-
-async function stopChild(child: ChildProcess, signal: NodeJS.Signals = 'SIGTERM') {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise((resolve) => child.once('exit', resolve));
-  child.kill(signal);
-  const timer = setTimeout(() => child.kill('SIGKILL'), 40_000);
-  await exited;
-  clearTimeout(timer);
 }
 
 /** A JSON POST over the loop's own agent, for chat creation. */
@@ -473,18 +353,18 @@ function conditions(levels: LevelFigures[]): string {
 }
 
 async function main() {
-  pinSelf();
+  pinSelf(PIN);
   const loadBefore = os.loadavg();
-  const fake = await startFakeModel();
-  const db = await prepareDatabase();
+  const fake = await startFakeModel(PIN, MODEL);
+  const db = await prepareDatabase(BACKEND, 'scriptorium_bench');
   const servicePort = 20000 + Math.floor(Math.random() * 20000);
-  const env = serviceEnv(db, fake.port, servicePort);
+  const env = serviceEnv(db.env, fake.port, servicePort);
   const stamp = new Date().toISOString().replace(/[:.]/g, '-');
   const profileDir = opts.profile ? path.join(PROFILE_DIR, `service-${BACKEND}-${stamp}`) : null;
   let service: ChildProcess | null = null;
   try {
     const keys = bootstrap(env);
-    service = await startService(env, profileDir);
+    service = await startService(PIN, env, profileDir);
     const runs: LevelFigures[][] = LEVELS.map(() => []);
     for (let r = 0; r < REPEAT; r++) {
       for (const [i, level] of LEVELS.entries()) {

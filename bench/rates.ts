@@ -4,20 +4,29 @@
  * runs autocannon with 50 connections, and the fake model pin themselves to core 0. Measured, one
  * endpoint after the other: `GET /api/v2/chats/:id/messages` of a 10-message chat and
  * `POST /api/v2/chats` without content. For each: req/s, latency, non-2xx, and the service tree's
- * CPU per request (utime+stime from /proc during the measured run ÷ requests). See bench/README.md.
+ * CPU per request (utime+stime from /proc during the measured run ÷ requests), and on PostgreSQL the
+ * CPU of the run database's backends and its transactions per request. See bench/README.md.
  */
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import type { ChildProcess } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { createInterface } from 'node:readline';
 import { parseArgs } from 'node:util';
 import autocannon from 'autocannon';
-import pg from 'pg';
+import {
+  bootstrap,
+  databaseDelta,
+  pinSelf,
+  prepareDatabase,
+  ROOT,
+  sampleDatabase,
+  serviceEnv,
+  sleep,
+  startFakeModel,
+  startService,
+  stopChild,
+} from './harness.js';
 import { processTree, treeCpuMs } from './proc-stats.js';
-
-const ROOT = path.resolve(import.meta.dirname, '..');
 
 const { values: opts } = parseArgs({
   options: {
@@ -45,7 +54,6 @@ const WARMUP_S = Number(opts.warmup);
 const DURATION_S = Number(opts.duration);
 const REPEAT = Number(opts.repeat);
 const PIN = !opts['no-pin'];
-const ADMIN_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 const PROFILE_DIR = path.join(ROOT, 'bench', 'profiles');
 const RESULTS_DIR = path.join(ROOT, 'bench', 'results');
 
@@ -54,111 +62,6 @@ const log = (...args: unknown[]) => {
 };
 const round = (n: number, digits = 1) => Math.round(n * 10 ** digits) / 10 ** digits;
 const monotonicUs = () => Number(process.hrtime.bigint() / 1000n);
-
-const pinned = (core: number, command: string, args: string[]): [string, string[]] =>
-  PIN ? ['taskset', ['-c', String(core), command, ...args]] : [command, args];
-
-function pinSelf() {
-  if (!PIN) return;
-  if (os.cpus().length < 2) throw new Error('pinning needs 2 cores; run with --no-pin on a 1-core machine');
-  // -a: every thread of this process (autocannon's sockets, V8's and libuv's threads).
-  const result = spawnSync('taskset', ['-a', '-pc', '0', String(process.pid)], { encoding: 'utf8' });
-  if (result.status !== 0) throw new Error(`taskset failed: ${result.stderr || result.error}`);
-}
-
-async function adminQuery(text: string) {
-  const client = new pg.Client({ connectionString: ADMIN_URL });
-  await client.connect();
-  try {
-    await client.query(text);
-  } finally {
-    await client.end();
-  }
-}
-
-async function prepareDatabase(): Promise<{ env: Record<string, string>; cleanup(): Promise<void> }> {
-  const dataDir = mkdtempSync(path.join(os.tmpdir(), 'scriptorium-rates-'));
-  const removeDir = () => rmSync(dataDir, { recursive: true, force: true });
-  if (BACKEND === 'pglite') return { env: { DATA_DIR: dataDir }, cleanup: async () => removeDir() };
-  const name = `scriptorium_rates_${randomBytes(4).toString('hex')}`;
-  await adminQuery(`CREATE DATABASE ${name}`);
-  const url = new URL(ADMIN_URL);
-  url.pathname = `/${name}`;
-  return {
-    env: { DATA_DIR: dataDir, DATABASE_URL: url.toString() },
-    cleanup: async () => {
-      await adminQuery(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      removeDir();
-    },
-  };
-}
-
-async function startFakeModel(): Promise<{ child: ChildProcess; port: number }> {
-  // Short, quick replies: the model only has to fill the chat that history reads.
-  const [command, args] = pinned(0, process.execPath, [
-    '--import',
-    'tsx',
-    'bench/fake-model.ts',
-    '--tokens',
-    '20',
-    '--ttft',
-    '0',
-    '--delay',
-    '0',
-  ]);
-  const child = spawn(command, args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] });
-  const lines = createInterface({ input: child.stdout! });
-  const port = await new Promise<number>((resolve, reject) => {
-    lines.once('line', (line) => resolve(JSON.parse(line).port));
-    child.once('exit', (code) => reject(new Error(`fake model exited (${code})`)));
-  });
-  return { child, port };
-}
-
-function serviceEnv(dbEnv: Record<string, string>, modelPort: number, port: number): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = { ...process.env };
-  delete env.DATABASE_URL;
-  delete env.REDIS_URL;
-  return {
-    ...env,
-    ...dbEnv,
-    PORT: String(port),
-    HOST: '127.0.0.1',
-    LLM_PROVIDER: 'openai-compatible',
-    LLM_BASE_URL: `http://127.0.0.1:${modelPort}/v1`,
-    LLM_MODEL: 'bench',
-    OUTBOUND_ALLOW_PRIVATE: 'true',
-    RATE_LIMIT_PER_MINUTE: '1000000000',
-    DEFAULT_ORG_CREDITS: '1000000000',
-    SECRET_KEY: 'bench-secret-key-0123456789',
-    LOG_LEVEL: 'warn',
-  };
-}
-
-async function startService(env: NodeJS.ProcessEnv, profileDir: string | null): Promise<ChildProcess> {
-  const nodeArgs = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [];
-  const [command, args] = pinned(1, process.execPath, [...nodeArgs, '--import', 'tsx', 'src/main.ts']);
-  const child = spawn(command, args, { cwd: ROOT, env, stdio: ['ignore', 'inherit', 'inherit'] });
-  const base = `http://127.0.0.1:${env.PORT}`;
-  for (let i = 0; i < 600; i++) {
-    if (child.exitCode !== null) throw new Error(`service exited while starting (${child.exitCode})`);
-    try {
-      if ((await fetch(`${base}/ready`)).ok) return child;
-    } catch {}
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-  child.kill('SIGKILL');
-  throw new Error('service did not become ready within 60 s');
-}
-
-async function stopChild(child: ChildProcess) {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise((resolve) => child.once('exit', resolve));
-  child.kill('SIGTERM');
-  const timer = setTimeout(() => child.kill('SIGKILL'), 40_000);
-  await exited;
-  clearTimeout(timer);
-}
 
 async function api(base: string, key: string, method: string, url: string, body?: unknown) {
   const response = await fetch(`${base}${url}`, {
@@ -190,6 +93,14 @@ interface RateFigures {
   /** The service tree's CPU during the run, % of one core: how much of core 1 it actually got. */
   service_cpu_percent: number;
   generator_cpu_percent: number;
+  /**
+   * PostgreSQL (null on PGlite): CPU of the run database's backends per request and as % of one
+   * core, and transactions per request (an autocommit statement is one; the service's background
+   * polling, about 14 a second, is included).
+   */
+  postgres_cpu_ms_per_request: number | null;
+  postgres_cpu_percent: number | null;
+  transactions_per_request: number | null;
   window_monotonic_us: [number, number];
 }
 
@@ -204,8 +115,17 @@ function cannon(base: string, key: string, target: Target, seconds: number) {
   });
 }
 
-async function measure(base: string, key: string, target: Target, servicePid: number): Promise<RateFigures> {
+async function measure(
+  base: string,
+  key: string,
+  target: Target,
+  servicePid: number,
+  databaseName: string | null,
+): Promise<RateFigures> {
   if (WARMUP_S > 0) await cannon(base, key, target, WARMUP_S);
+  // PostgreSQL's statistics of the warm-up reach pg_stat_database within a second of it.
+  if (databaseName) await sleep(1200);
+  const databaseBefore = await sampleDatabase(databaseName);
   const tree = processTree(servicePid);
   const cpuBefore = treeCpuMs(tree);
   const ownBefore = process.cpuUsage();
@@ -214,6 +134,8 @@ async function measure(base: string, key: string, target: Target, servicePid: nu
   const end = monotonicUs();
   const cpuMs = treeCpuMs(processTree(servicePid)) - cpuBefore;
   const own = process.cpuUsage(ownBefore);
+  if (databaseName) await sleep(1200);
+  const database = databaseDelta(databaseBefore, await sampleDatabase(databaseName));
   const seconds = (end - start) / 1e6;
   const requests = result.requests.total;
   return {
@@ -227,42 +149,40 @@ async function measure(base: string, key: string, target: Target, servicePid: nu
     cpu_ms_per_request: requests > 0 ? round(cpuMs / requests, 3) : Number.NaN,
     service_cpu_percent: round(cpuMs / 10 / seconds),
     generator_cpu_percent: round((own.user + own.system) / 1e4 / seconds),
+    postgres_cpu_ms_per_request: database && requests > 0 ? round(database.backendCpuMs / requests, 3) : null,
+    postgres_cpu_percent: database ? round(database.backendCpuMs / 10 / seconds) : null,
+    transactions_per_request: database && requests > 0 ? round(database.transactions / requests, 2) : null,
     window_monotonic_us: [start, end],
   };
 }
 
 function table(rows: RateFigures[]): string {
   const out = [
-    '| endpoint | connections | req/s | p50 / p99 ms | non-2xx / errors | CPU-ms/request | service CPU % | generator CPU % |',
-    '|---|---|---|---|---|---|---|---|',
+    '| endpoint | connections | req/s | p50 / p99 ms | non-2xx / errors | CPU-ms/request | service CPU % | generator CPU % | PostgreSQL CPU-ms/request | PostgreSQL CPU % | transactions/request |',
+    '|---|---|---|---|---|---|---|---|---|---|---|',
   ];
   for (const r of rows)
     out.push(
-      `| ${r.endpoint} | ${r.connections} | ${r.requests_per_second} | ${r.latency_ms.p50} / ${r.latency_ms.p99} | ${r.non_2xx} / ${r.errors} | ${r.cpu_ms_per_request} | ${r.service_cpu_percent} | ${r.generator_cpu_percent} |`,
+      `| ${r.endpoint} | ${r.connections} | ${r.requests_per_second} | ${r.latency_ms.p50} / ${r.latency_ms.p99} | ${r.non_2xx} / ${r.errors} | ${r.cpu_ms_per_request} | ${r.service_cpu_percent} | ${r.generator_cpu_percent} | ${r.postgres_cpu_ms_per_request ?? '–'} | ${r.postgres_cpu_percent ?? '–'} | ${r.transactions_per_request ?? '–'} |`,
     );
   return out.join('\n');
 }
 
 async function main() {
-  pinSelf();
+  pinSelf(PIN);
   const loadBefore = os.loadavg();
-  const fake = await startFakeModel();
-  const db = await prepareDatabase();
+  // Short, quick replies: the model only has to fill the chat that history reads.
+  const fake = await startFakeModel(PIN, { tokens: 20, ttftMs: 0, delayMs: 0 });
+  const db = await prepareDatabase(BACKEND, 'scriptorium_rates');
   const port = 20000 + Math.floor(Math.random() * 20000);
   const env = serviceEnv(db.env, fake.port, port);
   const stamp = new Date().toISOString().replace(/[:.]/g, '-');
   const profileDir = opts.profile ? path.join(PROFILE_DIR, `rates-${BACKEND}-${stamp}`) : null;
   let service: ChildProcess | null = null;
   try {
-    const boot = spawnSync('npm', ['run', '--silent', 'cli', '--', 'bootstrap', '--json'], {
-      cwd: ROOT,
-      env,
-      encoding: 'utf8',
-    });
-    if (boot.status !== 0) throw new Error(`bootstrap failed: ${boot.stderr}`);
-    const keys = JSON.parse(boot.stdout) as { organization_key: string; project_id: number };
+    const keys = bootstrap(env);
     const key = keys.organization_key;
-    service = await startService(env, profileDir);
+    service = await startService(PIN, env, profileDir);
     const base = `http://127.0.0.1:${port}`;
     // A 10-message chat: the first exchange, then four more.
     const chat = (
@@ -295,7 +215,7 @@ async function main() {
         const target = all[name];
         if (!target) throw new Error(`unknown endpoint "${name}" (history, create, list, health)`);
         log(`${target.name}: ${WARMUP_S} s warm-up, ${DURATION_S} s measured...`);
-        const figures = await measure(base, key, target, service.pid!);
+        const figures = await measure(base, key, target, service.pid!, db.name);
         runs.push(figures);
         log(table([figures]));
       }

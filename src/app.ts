@@ -7,14 +7,13 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify';
 import { Redis } from 'ioredis';
 import type { AppDeps } from './core/deps.js';
-import { authenticate } from './http/auth.js';
+import { authenticate, keyHashOf } from './http/auth.js';
 import { ApiError, sendError } from './http/errors.js';
 import { registerIdempotency } from './http/idempotency.js';
 import { openApiOptions, referencePageOptions } from './http/openapi.js';
 import { validatorCompiler } from './http/validation.js';
 import { agentRoutes } from './modules/agents/routes.js';
 import { apiKeyRoutes } from './modules/api-keys/routes.js';
-import { hashKey } from './modules/api-keys/secrets.js';
 import { artifactTypeRoutes } from './modules/artifact-types/routes.js';
 import { artifactRoutes } from './modules/artifacts/routes.js';
 import { asyncRequestRoutes } from './modules/async-requests/routes.js';
@@ -121,6 +120,7 @@ export async function buildApp(deps: AppDeps, options: BuildOptions = {}): Promi
     await deps.turns.close(Math.max(0, config.shutdownGraceMs - CANCEL_MARGIN_MS));
   });
   app.decorateRequest('principal', null);
+  app.decorateRequest('keyHash', null);
   app.setValidatorCompiler(validatorCompiler);
   app.setErrorHandler((error, request, reply) => sendError(request, reply, error));
   app.setNotFoundHandler((request, reply) =>
@@ -172,9 +172,10 @@ export async function buildApp(deps: AppDeps, options: BuildOptions = {}): Promi
     skipOnError: true,
     enableDraftSpec: true,
     allowList: (request) => !request.url.startsWith('/api/'),
+    // Per API key (the hash authentication looks the key up by, computed once); per address without one.
     keyGenerator: (request) => {
-      const auth = request.headers.authorization;
-      return auth ? `key:${hashKey(auth)}` : `ip:${request.ip}`;
+      const keyHash = keyHashOf(request);
+      return keyHash ? `key:${keyHash}` : `ip:${request.ip}`;
     },
     errorResponseBuilder: (_request, context) =>
       new ApiError(

@@ -14,6 +14,8 @@ export type Access = 'public' | 'organization' | 'super_admin';
 declare module 'fastify' {
   interface FastifyRequest {
     principal: Principal | null;
+    /** SHA-256 of the request's bearer token (`keyHashOf`): computed once, for the rate limit and authentication. */
+    keyHash: string | null;
   }
   interface FastifyContextConfig {
     access?: Access;
@@ -26,6 +28,18 @@ function bearerToken(header: string | undefined): string | null {
   if (!header) return null;
   const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
   return match ? match[1] : null;
+}
+
+/**
+ * The stored form of the request's API key (its SHA-256), or null without a bearer token. Both the
+ * rate limit's key and authentication need it: computed on first use, kept on the request.
+ */
+export function keyHashOf(request: FastifyRequest): string | null {
+  if (request.keyHash !== null) return request.keyHash;
+  const token = bearerToken(request.headers.authorization);
+  if (!token) return null;
+  request.keyHash = hashKey(token);
+  return request.keyHash;
 }
 
 interface KeyRow {
@@ -97,12 +111,10 @@ export function authenticate(database: Database, notifier?: Notifier) {
     // Unknown routes answer 404 whatever the key.
     if (access === 'public' || !request.routeOptions.url) return;
 
-    const token = bearerToken(request.headers.authorization);
-    if (!token)
-      throw unauthorized('Missing API key: send Authorization: Bearer <API_KEY>', 'missing_api_key');
-
     // Cached by the key's hash, as stored: the cache holds no usable key.
-    const keyHash = hashKey(token);
+    const keyHash = keyHashOf(request);
+    if (keyHash === null)
+      throw unauthorized('Missing API key: send Authorization: Bearer <API_KEY>', 'missing_api_key');
     const row = await cache.resolve(keyHash, () => load(keyHash, request));
 
     if (!row) {

@@ -1,5 +1,5 @@
 import type { ServiceContext } from '../../core/context.js';
-import { preparedRow } from './prepared.js';
+import { batchedRow, batchInputs, forEachInput } from './prepared.js';
 import { NEW_CHAT_TITLE, presentChat } from './presenter.js';
 import type { ChatView, CreateChatBody } from './schemas.js';
 import { createChat } from './service.js';
@@ -18,21 +18,43 @@ import { createChat } from './service.js';
  * they give (404, 401, 404 project_archived, 400, 500), in their order; so every error keeps its
  * status and text, and the statement only has to be right about when all checks pass.
  */
-const CREATE_EMPTY_CHAT = `with p as (
-  select pr.id from projects pr
+const PROJECT = `select pr.id from projects pr
   where pr.id = $1 and pr.organization_id = $2 and pr.deleted_at is null and pr.archived_at is null
     and ($5::boolean or exists (
       select 1 from project_groups pg join group_members gm on gm.group_id = pg.group_id
-      where pg.project_id = pr.id and gm.user_id = $6))
-), m as (
-  select mc.id from model_configurations mc
+      where pg.project_id = pr.id and gm.user_id = $6))`;
+
+const MODEL = `select mc.id from model_configurations mc
   where mc.id = coalesce($7::int, (select o.default_model_configuration_id from organizations o where o.id = $2))
-    and mc.organization_id = $2 and mc.deleted_at is null and mc.purpose = 'chat'
-)
+    and mc.organization_id = $2 and mc.deleted_at is null and mc.purpose = 'chat'`;
+
+const CREATED_AT = `to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as created_at`;
+
+const CREATE_EMPTY_CHAT = `with p as (${PROJECT}), m as (${MODEL})
 insert into chats (organization_id, api_key_id, user_id, project_id, model_configuration_id)
 select $2, $3, $4, p.id, m.id from p, m
-returning id, project_id, model_configuration_id,
-  to_char(created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as created_at`;
+returning id, project_id, model_configuration_id, ${CREATED_AT}`;
+
+const TYPES = ['int', 'int', 'int', 'int', 'boolean', 'int', 'int'];
+
+/*
+ * The same for concurrent requests in one statement (prepared.ts, `batchedRow`): one commit for
+ * all. Each request's id is drawn first, so its row is found again whatever was refused; each
+ * chat gets its own creation time (`now()` would give the whole batch the transaction's).
+ */
+const CREATE_EMPTY_CHATS = `with i as (
+  select i.*, nextval(pg_get_serial_sequence('chats', 'id')) as new_id, clock_timestamp() as at
+  from ${batchInputs(TYPES)}
+), ins as (
+  insert into chats (id, organization_id, api_key_id, user_id, project_id, model_configuration_id, created_at, updated_at)
+  overriding system value
+  select i.new_id, i.p2, i.p3, i.p4, p.id, m.id, i.at, i.at from i
+  cross join lateral (${forEachInput(PROJECT)}) p
+  cross join lateral (${forEachInput(MODEL)}) m
+  returning id, project_id, model_configuration_id, created_at
+)
+select i.n, ins.id, ins.project_id, ins.model_configuration_id, ${CREATED_AT.replace('(created_at', '(ins.created_at')}
+from i join ins on ins.id = i.new_id`;
 
 interface CreatedRow {
   id: number;
@@ -43,14 +65,15 @@ interface CreatedRow {
 
 const CREATE_STATEMENT = {
   name: 'create_empty_chat',
-  types: ['int', 'int', 'int', 'int', 'boolean', 'int', 'int'],
+  types: TYPES,
   text: CREATE_EMPTY_CHAT,
+  batch: CREATE_EMPTY_CHATS,
 };
 
 /** A chat without a first message and without an agent (`createChat` otherwise). */
 export async function createEmptyChat(ctx: ServiceContext, body: CreateChatBody): Promise<ChatView> {
   const { principal } = ctx;
-  const row = await preparedRow<CreatedRow>(ctx.database, CREATE_STATEMENT, [
+  const row = await batchedRow<CreatedRow>(ctx.database, CREATE_STATEMENT, [
     body.project_id,
     principal.organizationId,
     principal.keyId,

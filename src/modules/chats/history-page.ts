@@ -1,7 +1,7 @@
 import type { ServiceContext } from '../../core/context.js';
 import { notFound } from '../../http/errors.js';
 import { offsetOf, type PageQuery } from '../../http/pagination.js';
-import { preparedRow } from './prepared.js';
+import { batchedRow, batchInputs, forEachInput } from './prepared.js';
 
 /*
  * History (GET /api/v2/chats/:id/messages) in one statement, with PostgreSQL writing the page's
@@ -103,10 +103,16 @@ select
   (select count(*)::int from chat_messages m where m.chat_id = (select id from owned) and ${HISTORY_FILTER}) as total,
   '[' || coalesce((select string_agg(${MESSAGE}, ',' order by m.id) from page m), '') || ']' as messages`;
 
+const TYPES = ['int', 'int', 'int', 'int', 'int'];
+
 const HISTORY_STATEMENT = {
   name: 'history_page',
-  types: ['int', 'int', 'int', 'int', 'int'],
+  types: TYPES,
   text: HISTORY_PAGE,
+  // Concurrent requests' pages in one statement (prepared.ts, `batchedRow`), one row each.
+  batch: `select i.n, h.owned, h.total, h.messages
+from ${batchInputs(TYPES)}
+cross join lateral (${forEachInput(HISTORY_PAGE)}) h`,
 };
 
 interface HistoryRow {
@@ -122,7 +128,7 @@ export async function historyPage(
   query: PageQuery,
 ): Promise<{ messagesJson: string; total: number }> {
   const { principal } = ctx;
-  const row = await preparedRow<HistoryRow>(ctx.database, HISTORY_STATEMENT, [
+  const row = await batchedRow<HistoryRow>(ctx.database, HISTORY_STATEMENT, [
     chatId,
     principal.organizationId,
     principal.keyId,
