@@ -260,6 +260,27 @@ describe('job queue wake-ups', () => {
     expect(at('flaky', 1)).toBeLessThan(3500);
   });
 
+  it('on start, runs the jobs due now at once and the others at their time', async () => {
+    const { testDb, sender } = await setUp();
+    const t0 = Date.now();
+    await sender.send('waiting', { label: 'first' });
+    await sender.send('waiting', { label: 'second' });
+    await sender.send('waiting', { label: 'later' }, { startAfter: 3 });
+    const { queue, start } = await listeningQueue(testDb.database);
+    const runs: Array<{ label: string; at: number }> = [];
+    await queue.work<{ label: string }>('waiting', async (job) => {
+      runs.push({ label: job.data.label, at: Date.now() - t0 });
+      // The start's check of every queue runs meanwhile: 'second' is due now, 'later' in 3 s.
+      if (job.data.label === 'first') await new Promise((r) => setTimeout(r, 700));
+    });
+    await start();
+    await waitUntil(() => runs.length === 3, 6000);
+    expect(runs.map((r) => r.label)).toEqual(['first', 'second', 'later']);
+    expect(runs[1].at).toBeLessThan(2500);
+    expect(runs[2].at).toBeGreaterThanOrEqual(2900);
+    expect(runs[2].at).toBeLessThan(4500);
+  });
+
   it('runs at most `concurrency` jobs at once with one poller, taking more as places free up', async () => {
     const { testDb, sender } = await setUp();
     const { queue, start } = await listeningQueue(testDb.database);

@@ -123,8 +123,12 @@ const INSERT_JOB_ANNOUNCED = (() => {
     FROM inserted`;
 })();
 const FETCH_JOBS = plans.fetchNextJob(JOB_SCHEMA)({ includeMetadata: false, priority: true });
-/** Per queue: ms until its next job may start (0: one may start now). One statement for every queue. */
-const NEXT_DUE = `SELECT name, greatest(0, ceil(extract(epoch FROM min(start_after) - now()) * 1000))::float8 AS wait_ms
+/**
+ * Per queue with waiting jobs: whether one may start now, and the ms until the first that may only
+ * start later (null: none). One statement for every queue (pg-boss's index on name, start_after).
+ */
+const NEXT_DUE = `SELECT name, min(start_after) <= now() AS due_now,
+    ceil(extract(epoch FROM min(start_after) FILTER (WHERE start_after > now()) - now()) * 1000)::float8 AS next_ms
   FROM ${JOB_SCHEMA}.job WHERE name = ANY($1::text[]) AND state < 'active' GROUP BY name`;
 
 /**
@@ -358,9 +362,10 @@ export async function createJobQueue(database: Database, options: JobQueueOption
           // A full fetch suggests more are waiting: fetch again once places are free.
           if (rows.length >= limit) wanted = true;
           else if (later) {
-            // Only one alarm is kept per queue: the jobs due after it get theirs from a check.
+            // One alarm is kept per queue: the jobs due after it get theirs from a check (of the
+            // jobs due later only: one due now that this fetch skipped is locked by another's).
             later = false;
-            scheduleCheck(0);
+            scheduleCheck(0, false);
           }
           for (const row of rows) begin(row);
         }
@@ -430,10 +435,13 @@ export async function createJobQueue(database: Database, options: JobQueueOption
   let check: Alarm | null = null;
   let checking: Promise<void> | null = null;
   let checkAgain = false;
+  /** The next check also wakes the queues with jobs due now (otherwise it only sets alarms). */
+  let checkDueNow = false;
 
   /** Runs the check of every queue in `ms` (an earlier one stays). */
-  function scheduleCheck(ms: number) {
+  function scheduleCheck(ms: number, dueNow = true) {
     if (stopped || !started) return;
+    if (dueNow) checkDueNow = true;
     const at = Date.now() + ms;
     if (check && check.at <= at) return;
     if (check) clearTimeout(check.timer);
@@ -448,24 +456,40 @@ export async function createJobQueue(database: Database, options: JobQueueOption
     }
     checking = (async () => {
       try {
+        const dueNow = checkDueNow;
+        checkDueNow = false;
         const names = [...workers.keys()];
         if (names.length === 0) return;
         const { rows } = await executor.executeSql(NEXT_DUE, [names]);
-        for (const row of rows as Array<{ name: string; wait_ms: number }>) {
-          workers.get(row.name)?.wakeIn(Number(row.wait_ms));
+        for (const row of rows as Array<{ name: string; due_now: boolean; next_ms: number | null }>) {
+          const worker = workers.get(row.name);
+          if (dueNow && row.due_now) worker?.wake();
+          if (row.next_ms !== null) worker?.wakeIn(Math.max(1, Number(row.next_ms)));
         }
       } catch (err) {
         onError(err);
       }
     })().finally(() => {
       checking = null;
-      if (stopped) return;
       if (checkAgain) {
         checkAgain = false;
-        scheduleCheck(0);
+        // Its kind (due now or not) was recorded when it was asked for.
+        scheduleCheck(0, false);
       }
-      scheduleCheck(checkEveryMs());
     });
+  }
+
+  /** The periodic check: every `idleCheckSeconds` while the LISTEN is live, else every polling interval. */
+  let tick: NodeJS.Timeout | null = null;
+  function scheduleTick() {
+    if (tick) clearTimeout(tick);
+    tick = null;
+    if (stopped || !started) return;
+    tick = setTimeout(() => {
+      tick = null;
+      scheduleCheck(0);
+      scheduleTick();
+    }, checkEveryMs());
   }
 
   // ---- repeated tasks -------------------------------------------------------------------------
@@ -535,7 +559,7 @@ export async function createJobQueue(database: Database, options: JobQueueOption
     live = value;
     if (value || stopped || !started) return;
     // No notification reaches this process any more: poll until the LISTEN is back.
-    scheduleCheck(pollingMs);
+    scheduleTick();
     for (const entry of tasks.values()) if (!entry.running) scheduleTask(entry, entry.intervalMs);
   }
 
@@ -607,6 +631,7 @@ export async function createJobQueue(database: Database, options: JobQueueOption
       for (const entry of tasks.values()) scheduleTask(entry, entry.intervalMs);
       // Jobs retried later (e.g. just expired by that maintenance) get their alarms.
       scheduleCheck(0);
+      scheduleTick();
     },
     async stop() {
       if (stopped) return;
@@ -614,6 +639,8 @@ export async function createJobQueue(database: Database, options: JobQueueOption
       if (!started) return;
       if (check) clearTimeout(check.timer);
       check = null;
+      if (tick) clearTimeout(tick);
+      tick = null;
       for (const entry of tasks.values()) if (entry.alarm) clearTimeout(entry.alarm.timer);
       for (const worker of workers.values()) worker.clear();
       await Promise.allSettled([...tasks.values()].map((entry) => entry.running));
