@@ -37,7 +37,7 @@ export interface RootOptions {
   jobs?: JobQueue;
   secrets?: SecretBox;
   /** Options of the job queue the root builds. */
-  jobOptions?: Omit<JobQueueOptions, 'onError'>;
+  jobOptions?: Omit<JobQueueOptions, 'onError' | 'wakeups'>;
   /** Tool families offered to turns and generations; default: every family of src/llm/tools. */
   toolFamilies?: ToolFamilies;
   /** Stream hub timings (flush, poll, liveness); tests shorten them. */
@@ -101,6 +101,8 @@ export async function createRoot(config: Config, options: RootOptions = {}): Pro
     let jobs = options.jobs;
     if (!jobs) {
       const queue = await createJobQueue(database, {
+        // Jobs and tasks are woken by NOTIFY (from any process); idle queues are not polled.
+        wakeups: streams.notifier,
         ...options.jobOptions,
         onError: (err) => log.error({ err }, 'background job queue error'),
       });

@@ -89,10 +89,16 @@ export async function dispatchPendingEvents(deps: DeliveryDeps): Promise<number>
   });
 }
 
-/** Dispatches until the outbox is empty (a burst larger than one batch drains in one round). */
-export async function drainOutbox(deps: DeliveryDeps): Promise<void> {
+/**
+ * Dispatches until the outbox is empty (a burst larger than one batch drains in one round).
+ * Returns how many events were dispatched.
+ */
+export async function drainOutbox(deps: DeliveryDeps): Promise<number> {
+  let total = 0;
   let dispatched: number;
   do {
     dispatched = await dispatchPendingEvents(deps);
+    total += dispatched;
   } while (dispatched === BATCH);
+  return total;
 }

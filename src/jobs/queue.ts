@@ -7,6 +7,14 @@ import { SpanKind, withSpan } from '../telemetry/tracing.js';
 /** The pg-boss schema in the service's database. */
 export const JOB_SCHEMA = 'pgboss';
 
+/**
+ * Where work is announced between processes (LISTEN/NOTIFY). Payload: a queue's name and the ms
+ * until its new job may start (`"deliver-webhook 0"`), sent by the statement inserting the job, or
+ * a repeated task's name (`"webhooks-outbox"`), sent by the triggers on the tables it reads
+ * (migration 0017). A notification is delivered when its transaction commits, never before.
+ */
+export const JOBS_CHANNEL = 'scriptorium_jobs';
+
 export interface SendOptions {
   /** A transaction (or the db): the job row is inserted in it and commits with the caller's rows. */
   db?: Queryable;
@@ -24,11 +32,10 @@ export interface SendOptions {
 }
 
 export interface WorkOptions {
-  /** Jobs fetched per poll; they run concurrently and succeed or fail one by one. */
-  batchSize?: number;
-  pollingIntervalSeconds?: number;
-  /** Independent polling loops for this queue in this process (default 1). */
+  /** Jobs of this queue running at once in this process (default 1). */
   concurrency?: number;
+  /** Jobs taken per fetch (default `concurrency`); never more than the free places. */
+  batchSize?: number;
 }
 
 export interface Job<T> {
@@ -47,15 +54,35 @@ export interface JobQueue {
   /**
    * A task this process runs every `intervalMs` between start() and stop() (never overlapping
    * itself). Every process runs it, so it must be safe to run concurrently (e.g. SKIP LOCKED).
+   * A task that returns `false` found nothing to do: while notifications reach this process, it
+   * then waits for one naming it (JOBS_CHANNEL, payload `name`) or for the idle check, and runs
+   * at once when woken (never sooner than `intervalMs` after its previous start).
    */
-  repeat(name: string, intervalMs: number, task: () => Promise<void>): void;
+  repeat(name: string, intervalMs: number, task: () => Promise<unknown>): void;
   start(): Promise<void>;
   stop(): Promise<void>;
 }
 
+/** The listening side of src/streams/notifier.ts (LISTEN/NOTIFY between processes). */
+export interface JobWakeups {
+  listen(channel: string, handler: (payload: string) => void): Promise<void>;
+  onListening(channel: string, handler: (live: boolean) => void): void;
+  onReconnect(handler: () => void): void;
+}
+
 export interface JobQueueOptions {
-  /** Default polling interval of workers (seconds, >= 0.5). */
+  /**
+   * How often queues are checked for jobs while no notification can reach this process (no
+   * `wakeups`, or its LISTEN is down), and how often idle repeated tasks run then (seconds, >= 0.5).
+   */
   pollingIntervalSeconds?: number;
+  /**
+   * Notifications that wake workers and tasks. While their LISTEN is live, idle queues and tasks
+   * are only checked every `idleCheckSeconds`, as a safety net.
+   */
+  wakeups?: JobWakeups;
+  /** Default 30. */
+  idleCheckSeconds?: number;
   /** How often expired active jobs (their process died) are failed into retry. */
   maintenanceIntervalSeconds?: number;
   /** How long stop() waits for running handlers before failing them back to the queue. */
@@ -73,6 +100,37 @@ interface DriverClient {
   exec?(text: string): Promise<Array<{ rows: any[] }>>;
 }
 
+const plans = createRequire(import.meta.url)('pg-boss/src/plans.js') as {
+  completeJobs(schema: string): string;
+  failJobsById(schema: string): string;
+  insertJob(schema: string): string;
+  fetchNextJob(schema: string): (options: { includeMetadata?: boolean; priority?: boolean }) => string;
+};
+
+const INSERT_JOB = plans.insertJob(JOB_SCHEMA);
+/**
+ * pg-boss's insert of one job, announcing it on JOBS_CHANNEL in the same statement (no extra round
+ * trip); inside a caller's transaction the announcement leaves with the commit, or never.
+ */
+const INSERT_JOB_ANNOUNCED = (() => {
+  const at = INSERT_JOB.lastIndexOf('RETURNING id');
+  if (at < 0 || INSERT_JOB.slice(at).trim() !== 'RETURNING id') {
+    throw new Error('pg-boss insertJob plan changed: update src/jobs/queue.ts');
+  }
+  return `WITH inserted AS (${INSERT_JOB.slice(0, at)}RETURNING id, name, start_after)
+    SELECT id, pg_notify('${JOBS_CHANNEL}',
+      name || ' ' || greatest(0, ceil(extract(epoch FROM start_after - now()) * 1000))::bigint) AS announced
+    FROM inserted`;
+})();
+const FETCH_JOBS = plans.fetchNextJob(JOB_SCHEMA)({ includeMetadata: false, priority: true });
+/**
+ * Per queue with waiting jobs: whether one may start now, and the ms until the first that may only
+ * start later (null: none). One statement for every queue (pg-boss's index on name, start_after).
+ */
+const NEXT_DUE = `SELECT name, min(start_after) <= now() AS due_now,
+    ceil(extract(epoch FROM min(start_after) FILTER (WHERE start_after > now()) - now()) * 1000)::float8 AS next_ms
+  FROM ${JOB_SCHEMA}.job WHERE name = ANY($1::text[]) AND state < 'active' GROUP BY name`;
+
 /**
  * pg-boss sends its schema set-up as multi-statement text without values; PGlite runs that only
  * through `exec`. Everything else is one parameterised statement.
@@ -84,7 +142,8 @@ function executorOf(client: DriverClient): Executor {
         const results = await client.exec(text);
         return { rows: results.at(-1)?.rows ?? [] };
       }
-      const result = await client.query(text, values as unknown[]);
+      const sql = text === INSERT_JOB ? INSERT_JOB_ANNOUNCED : text;
+      const result = await client.query(sql, values as unknown[]);
       return { rows: result.rows };
     },
   };
@@ -115,16 +174,11 @@ const DEFAULTS = {
   expireInSeconds: 15 * 60,
 };
 
-// pg-boss completes and fails jobs without awaiting the statement, so a database error there
-// would be an unhandled rejection (a crashed process). Those two are reported instead: the job
-// stays active, expires and runs again, which at-least-once handlers tolerate.
-const plans = createRequire(import.meta.url)('pg-boss/src/plans.js') as {
-  completeJobs(schema: string): string;
-  failJobsById(schema: string): string;
-};
+// Completing and failing a job are reported rather than thrown: the job stays active, expires and
+// runs again, which at-least-once handlers tolerate.
 const UNAWAITED = new Set([plans.completeJobs(JOB_SCHEMA), plans.failJobsById(JOB_SCHEMA)]);
 
-/** Counts pg-boss's own statements so stop() can wait for the ones it fires without awaiting. */
+/** Counts pg-boss's own statements so stop() can wait for the ones still running. */
 function trackedExecutor(inner: Executor, onError: (err: unknown) => void) {
   let inFlight = 0;
   return {
@@ -156,7 +210,6 @@ function bossFor(executor: Executor, options: JobQueueOptions): PgBoss {
     supervise: true,
     migrate: true,
     maintenanceIntervalSeconds: options.maintenanceIntervalSeconds ?? 60,
-    pollingIntervalSeconds: options.pollingIntervalSeconds ?? 1,
     ...DEFAULTS,
   });
 }
@@ -186,35 +239,37 @@ async function startSerialized(database: Database, start: () => Promise<unknown>
   }
 }
 
+const asError = (err: unknown) => (err instanceof Error ? err : new Error(String(err)));
+
+/** A timer that may be moved earlier; `at` is when it fires (epoch ms). */
+interface Alarm {
+  at: number;
+  timer: NodeJS.Timeout;
+}
+
+/**
+ * The queue. Each worked queue has one poller in this process: it fetches jobs when woken, up to
+ * its free places, and fetches again when a place frees while the last fetch came back full.
+ * Wake-ups: the notification of a job's insert (from any process, at commit; a job that may start
+ * later sets a timer), a job failed here (its retry or dead letter), maintenance run here, and a
+ * check of every queue at once (one statement): every `idleCheckSeconds` while notifications
+ * reach this process, every `pollingIntervalSeconds` otherwise.
+ */
 export async function createJobQueue(database: Database, options: JobQueueOptions = {}): Promise<JobQueue> {
   const onError = options.onError ?? ((err: unknown) => console.error('job queue error', err));
   const executor = trackedExecutor(baseExecutor(database), onError);
   const boss = bossFor(executor, options);
   boss.on('error', onError);
+  const pollingMs = Math.max(0.5, options.pollingIntervalSeconds ?? 1) * 1000;
+  const idleCheckMs = Math.max(0.5, options.idleCheckSeconds ?? 30) * 1000;
+  const { wakeups } = options;
 
   let started = false;
   let stopped = false;
-  const repeating: Array<{ name: string; intervalMs: number; task: () => Promise<void> }> = [];
-  const timers = new Set<NodeJS.Timeout>();
-  const runningTasks = new Set<Promise<void>>();
+  /** Whether a LISTEN on JOBS_CHANNEL is in effect: notifications then wake this process. */
+  let live = false;
+  const checkEveryMs = () => (live ? idleCheckMs : pollingMs);
 
-  function schedule(entry: (typeof repeating)[number]) {
-    if (stopped) return;
-    const timer = setTimeout(() => {
-      timers.delete(timer);
-      const run = entry
-        .task()
-        .catch((err) =>
-          onError(Object.assign(err instanceof Error ? err : new Error(String(err)), { task: entry.name })),
-        )
-        .finally(() => {
-          runningTasks.delete(run);
-          schedule(entry);
-        });
-      runningTasks.add(run);
-    }, entry.intervalMs);
-    timers.add(timer);
-  }
   const knownQueues = new Set<string>();
   const pendingWork: Array<() => Promise<void>> = [];
 
@@ -234,47 +289,301 @@ export async function createJobQueue(database: Database, options: JobQueueOption
     if (!executor) knownQueues.add(name);
   }
 
-  async function startWorkers<T extends object>(
+  // ---- workers -------------------------------------------------------------------------------
+
+  interface Worker {
+    wake(): void;
+    /** Wakes the worker in `ms` (an earlier alarm stays). */
+    wakeIn(ms: number): void;
+    /** Resolves once nothing runs or is being fetched; then fails back what still runs. */
+    settle(timeoutMs: number): Promise<void>;
+    clear(): void;
+  }
+  const workers = new Map<string, Worker>();
+
+  function createWorker<T extends object>(
+    name: string,
+    handler: (job: Job<T>) => Promise<void>,
+    workOptions: WorkOptions,
+  ): Worker {
+    const concurrency = Math.max(1, workOptions.concurrency ?? 1);
+    const batchSize = Math.max(1, Math.min(workOptions.batchSize ?? concurrency, concurrency));
+    const running = new Map<string, Promise<void>>();
+    let pumping: Promise<void> | null = null;
+    /** A fetch is due: woken, or the last fetch came back full. */
+    let wanted = false;
+    let alarm: Alarm | null = null;
+    /** Jobs due later were announced: once the due ones are taken, look for the next moment. */
+    let later = false;
+
+    // Each run a span (a root of its own trace: the job outlives the request that queued it).
+    const runJob = (job: Job<T>) =>
+      withSpan(
+        `job ${name}`,
+        { 'messaging.system': 'pg-boss', 'messaging.destination.name': name, 'messaging.message.id': job.id },
+        () => handler(job),
+        SpanKind.CONSUMER,
+      );
+
+    function begin(row: { id: string; data: T; expireInSeconds: number | string }) {
+      const expireMs = Math.max(1, Number(row.expireInSeconds)) * 1000;
+      const run = (async () => {
+        let timer: NodeJS.Timeout | undefined;
+        try {
+          // As pg-boss: a handler past the job's time limit fails the job (it is retried); the
+          // handler is not stopped, but its place is free again.
+          const expired = new Promise<never>((_, reject) => {
+            timer = setTimeout(() => reject(new Error(`handler execution exceeded ${expireMs}ms`)), expireMs);
+          });
+          await Promise.race([runJob({ id: row.id, data: row.data }), expired]);
+          clearTimeout(timer);
+          await boss.complete(name, row.id);
+        } catch (err) {
+          clearTimeout(timer);
+          await boss.fail(name, row.id, asError(err));
+          // Its retry (or its dead letter) becomes due later: find out when.
+          scheduleCheck(0);
+        }
+      })()
+        .catch(onError)
+        .finally(() => {
+          running.delete(row.id);
+          if (wanted) void pump();
+        });
+      running.set(row.id, run);
+    }
+
+    async function fetchLoop() {
+      try {
+        while (wanted && !stopped && running.size < concurrency) {
+          wanted = false;
+          const limit = Math.min(batchSize, concurrency - running.size);
+          const { rows } = await executor.executeSql(FETCH_JOBS, [name, limit]);
+          // A full fetch suggests more are waiting: fetch again once places are free.
+          if (rows.length >= limit) wanted = true;
+          else if (later) {
+            // One alarm is kept per queue: the jobs due after it get theirs from a check (of the
+            // jobs due later only: one due now that this fetch skipped is locked by another's).
+            later = false;
+            scheduleCheck(0, false);
+          }
+          for (const row of rows) begin(row);
+        }
+      } catch (err) {
+        onError(Object.assign(asError(err), { queue: name }));
+        wanted = false;
+        worker.wakeIn(pollingMs);
+      }
+    }
+
+    function pump(): Promise<void> {
+      pumping ??= fetchLoop().finally(() => {
+        pumping = null;
+        // Woken while the last fetch was in flight, with places free: fetch again.
+        if (wanted && !stopped && running.size < concurrency) void pump();
+      });
+      return pumping;
+    }
+
+    const worker: Worker = {
+      wake() {
+        if (stopped || !started) return;
+        wanted = true;
+        void pump();
+      },
+      wakeIn(ms) {
+        if (stopped) return;
+        if (ms <= 0) {
+          worker.wake();
+          return;
+        }
+        later = true;
+        const at = Date.now() + ms;
+        if (alarm && alarm.at <= at) return;
+        if (alarm) clearTimeout(alarm.timer);
+        alarm = {
+          at,
+          timer: setTimeout(() => {
+            alarm = null;
+            worker.wake();
+          }, ms),
+        };
+      },
+      async settle(timeoutMs) {
+        await pumping;
+        const deadline = Date.now() + timeoutMs;
+        while (running.size > 0 && Date.now() < deadline) {
+          await Promise.race([
+            Promise.allSettled([...running.values()]),
+            new Promise((r) => setTimeout(r, 50)),
+          ]);
+        }
+        // As pg-boss: jobs still running are handed back to the queue (retried, here or elsewhere).
+        for (const id of running.keys())
+          await boss.fail(name, id, new Error('pg-boss shut down while active'));
+      },
+      clear() {
+        if (alarm) clearTimeout(alarm.timer);
+        alarm = null;
+      },
+    };
+    return worker;
+  }
+
+  // ---- checks of every queue ------------------------------------------------------------------
+
+  let check: Alarm | null = null;
+  let checking: Promise<void> | null = null;
+  let checkAgain = false;
+  /** The next check also wakes the queues with jobs due now (otherwise it only sets alarms). */
+  let checkDueNow = false;
+
+  /** Runs the check of every queue in `ms` (an earlier one stays). */
+  function scheduleCheck(ms: number, dueNow = true) {
+    if (stopped || !started) return;
+    if (dueNow) checkDueNow = true;
+    const at = Date.now() + ms;
+    if (check && check.at <= at) return;
+    if (check) clearTimeout(check.timer);
+    check = { at, timer: setTimeout(runCheck, ms) };
+  }
+
+  function runCheck() {
+    check = null;
+    if (checking) {
+      checkAgain = true;
+      return;
+    }
+    checking = (async () => {
+      try {
+        const dueNow = checkDueNow;
+        checkDueNow = false;
+        const names = [...workers.keys()];
+        if (names.length === 0) return;
+        const { rows } = await executor.executeSql(NEXT_DUE, [names]);
+        for (const row of rows as Array<{ name: string; due_now: boolean; next_ms: number | null }>) {
+          const worker = workers.get(row.name);
+          if (dueNow && row.due_now) worker?.wake();
+          if (row.next_ms !== null) worker?.wakeIn(Math.max(1, Number(row.next_ms)));
+        }
+      } catch (err) {
+        onError(err);
+      }
+    })().finally(() => {
+      checking = null;
+      if (checkAgain) {
+        checkAgain = false;
+        // Its kind (due now or not) was recorded when it was asked for.
+        scheduleCheck(0, false);
+      }
+    });
+  }
+
+  /** The periodic check: every `idleCheckSeconds` while the LISTEN is live, else every polling interval. */
+  let tick: NodeJS.Timeout | null = null;
+  function scheduleTick() {
+    if (tick) clearTimeout(tick);
+    tick = null;
+    if (stopped || !started) return;
+    tick = setTimeout(() => {
+      tick = null;
+      scheduleCheck(0);
+      scheduleTick();
+    }, checkEveryMs());
+  }
+
+  // ---- repeated tasks -------------------------------------------------------------------------
+
+  interface Task {
+    name: string;
+    intervalMs: number;
+    task: () => Promise<unknown>;
+    alarm: Alarm | null;
+    running: Promise<void> | null;
+    lastStart: number;
+    /** Woken while running: runs again (after its interval). */
+    woken: boolean;
+  }
+  const tasks = new Map<string, Task>();
+
+  function scheduleTask(entry: Task, ms: number) {
+    if (stopped || !started) return;
+    const at = Date.now() + ms;
+    if (entry.alarm && entry.alarm.at <= at) return;
+    if (entry.alarm) clearTimeout(entry.alarm.timer);
+    entry.alarm = { at, timer: setTimeout(() => runTask(entry), ms) };
+  }
+
+  function runTask(entry: Task) {
+    entry.alarm = null;
+    if (stopped || entry.running) return;
+    entry.woken = false;
+    entry.lastStart = Date.now();
+    entry.running = entry
+      .task()
+      .catch((err) => {
+        onError(Object.assign(asError(err), { task: entry.name }));
+        return true;
+      })
+      .then((result) => {
+        entry.running = null;
+        const idle = result === false && !entry.woken && live;
+        scheduleTask(
+          entry,
+          idle ? idleCheckMs : Math.max(0, entry.lastStart + entry.intervalMs - Date.now()),
+        );
+      });
+  }
+
+  function wakeTask(entry: Task) {
+    if (entry.running) {
+      entry.woken = true;
+      return;
+    }
+    scheduleTask(entry, Math.max(0, entry.lastStart + entry.intervalMs - Date.now()));
+  }
+
+  // ---- notifications --------------------------------------------------------------------------
+
+  function onNotice(payload: string) {
+    if (stopped) return;
+    const space = payload.indexOf(' ');
+    const name = space < 0 ? payload : payload.slice(0, space);
+    const worker = workers.get(name);
+    if (worker) worker.wakeIn(space < 0 ? 0 : Number(payload.slice(space + 1)) || 0);
+    const task = tasks.get(name);
+    if (task) wakeTask(task);
+  }
+
+  function setLive(value: boolean) {
+    live = value;
+    if (value || stopped || !started) return;
+    // No notification reaches this process any more: poll until the LISTEN is back.
+    scheduleTick();
+    for (const entry of tasks.values()) if (!entry.running) scheduleTask(entry, entry.intervalMs);
+  }
+
+  if (wakeups) {
+    wakeups.onListening(JOBS_CHANNEL, setLive);
+    // Notifications sent while the LISTEN was down are lost: look at everything once.
+    wakeups.onReconnect(() => {
+      if (stopped || !started) return;
+      scheduleCheck(0);
+      for (const entry of tasks.values()) wakeTask(entry);
+    });
+  }
+  // Maintenance here may have failed expired jobs into retry (or their dead letters).
+  boss.on('maintenance', () => scheduleCheck(0));
+
+  async function startWorker<T extends object>(
     name: string,
     handler: (job: Job<T>) => Promise<void>,
     workOptions: WorkOptions,
   ) {
     await ensureQueue(name);
-    const batchSize = workOptions.batchSize ?? 1;
-    const loops = Math.max(1, workOptions.concurrency ?? 1);
-    const bossOptions: PgBoss.WorkOptions = { batchSize };
-    if (workOptions.pollingIntervalSeconds !== undefined)
-      bossOptions.pollingIntervalSeconds = workOptions.pollingIntervalSeconds;
-    // Each run a span (a root of its own trace: the job outlives the request that queued it).
-    const runJob = (job: { id: string; data: T }) =>
-      withSpan(
-        `job ${name}`,
-        { 'messaging.system': 'pg-boss', 'messaging.destination.name': name, 'messaging.message.id': job.id },
-        () => handler({ id: job.id, data: job.data }),
-        SpanKind.CONSUMER,
-      );
-    for (let i = 0; i < loops; i++) {
-      const worker: { id?: string } = {};
-      worker.id = await boss.work<T>(name, bossOptions, async (jobs) => {
-        // A full batch suggests more are waiting: poll again at once instead of after the interval.
-        if (jobs.length >= batchSize && worker.id) boss.notifyWorker(worker.id);
-        if (jobs.length === 1) {
-          await runJob(jobs[0]);
-          return;
-        }
-        const results = await Promise.allSettled(jobs.map(runJob));
-        // pg-boss completes or fails a batch as a whole; failing the failed ones first keeps the
-        // rest completing (completion only touches jobs still active).
-        for (const [index, result] of results.entries()) {
-          if (result.status === 'rejected') {
-            const reason = result.reason;
-            await boss.fail(name, jobs[index].id, {
-              message: reason instanceof Error ? reason.message : String(reason),
-            });
-          }
-        }
-      });
-    }
+    const worker = createWorker(name, handler, workOptions);
+    workers.set(name, worker);
+    worker.wake();
   }
 
   return {
@@ -286,37 +595,59 @@ export async function createJobQueue(database: Database, options: JobQueueOption
       const bossOptions: PgBoss.SendOptions = { ...rest };
       if (startAfter !== undefined) bossOptions.startAfter = startAfter;
       if (executor) bossOptions.db = executor as PgBoss.Db;
-      return boss.send(name, data, bossOptions);
+      const id = await boss.send(name, data, bossOptions);
+      // The insert announced itself; without a LISTEN, a job sent outside a transaction is woken
+      // here at once (one sent in a transaction waits for the next check).
+      if (!live && !executor && id) {
+        const delayMs =
+          startAfter === undefined
+            ? 0
+            : startAfter instanceof Date
+              ? startAfter.getTime() - Date.now()
+              : startAfter * 1000;
+        workers.get(name)?.wakeIn(delayMs);
+      }
+      return id;
     },
     async work(name, handler, workOptions = {}) {
-      const run = () => startWorkers(name, handler, workOptions);
+      if (workers.has(name)) throw new Error(`jobs.work: queue ${name} is already worked`);
+      const run = () => startWorker(name, handler, workOptions);
       if (started) await run();
       else pendingWork.push(run);
     },
     repeat(name, intervalMs, task) {
-      const entry = { name, intervalMs, task };
-      repeating.push(entry);
-      if (started) schedule(entry);
+      const entry: Task = { name, intervalMs, task, alarm: null, running: null, lastStart: 0, woken: false };
+      tasks.set(name, entry);
+      if (started) scheduleTask(entry, intervalMs);
     },
     async start() {
       if (started || stopped) return;
       await startSerialized(database, () => boss.start());
+      if (wakeups) await wakeups.listen(JOBS_CHANNEL, onNotice).catch(onError);
       started = true;
       // Recover at once the expired jobs of processes that died, rather than a maintenance interval later.
       await boss.maintain().catch(onError);
       for (const run of pendingWork.splice(0)) await run();
-      for (const entry of repeating) schedule(entry);
+      for (const entry of tasks.values()) scheduleTask(entry, entry.intervalMs);
+      // Jobs retried later (e.g. just expired by that maintenance) get their alarms.
+      scheduleCheck(0);
+      scheduleTick();
     },
     async stop() {
       if (stopped) return;
       stopped = true;
       if (!started) return;
-      for (const timer of timers) clearTimeout(timer);
-      timers.clear();
-      await Promise.allSettled([...runningTasks]);
-      await boss.stop({ graceful: true, close: false, timeout: options.stopTimeoutMs ?? 10_000 });
-      // Completions are fired after a handler returns without being awaited by pg-boss.
-      await new Promise((r) => setImmediate(r));
+      if (check) clearTimeout(check.timer);
+      check = null;
+      if (tick) clearTimeout(tick);
+      tick = null;
+      for (const entry of tasks.values()) if (entry.alarm) clearTimeout(entry.alarm.timer);
+      for (const worker of workers.values()) worker.clear();
+      await Promise.allSettled([...tasks.values()].map((entry) => entry.running));
+      await checking;
+      const timeoutMs = options.stopTimeoutMs ?? 10_000;
+      await Promise.allSettled([...workers.values()].map((worker) => worker.settle(timeoutMs)));
+      await boss.stop({ graceful: false, close: false });
       await executor.drain(2000);
     },
   };

@@ -11,6 +11,10 @@ import {
 import { drainOutbox } from './outbox-dispatch.js';
 import { attemptDelivery, DELIVER_QUEUE, type DeliverJob } from './webhook-delivery.js';
 
+/** The repeated tasks' names: the payloads that wake them on JOBS_CHANNEL (see the migration). */
+export const OUTBOX_TASK = 'webhooks-outbox';
+export const CHAT_QUEUE_TASK = 'chat-queue';
+
 export interface WorkerOptions {
   /** How often this process looks for undispatched webhook events. */
   outboxIntervalMs?: number;
@@ -28,11 +32,18 @@ export async function registerWorkers(
   options: WorkerOptions = {},
 ): Promise<void> {
   await registerDocumentWorker(deps, log);
-  deps.jobs.repeat('webhooks-outbox', options.outboxIntervalMs ?? 1000, () => drainOutbox(deps));
-  // Queued chat messages whose chat is free (their accepting process may have died): started here.
-  deps.jobs.repeat('chat-queue', options.queueSweepIntervalMs ?? 1000, () => deps.chatQueue.sweep());
+  // Woken by the insert of an event (trigger, migration 0017); at most once per interval.
+  deps.jobs.repeat(OUTBOX_TASK, options.outboxIntervalMs ?? 1000, async () => (await drainOutbox(deps)) > 0);
+  // Queued chat messages whose chat is free (their accepting process may have died, or their
+  // turn's lease ran out): started here. Swept every interval while messages wait; otherwise
+  // idle until a message is queued (trigger, migration 0017).
+  deps.jobs.repeat(CHAT_QUEUE_TASK, options.queueSweepIntervalMs ?? 1000, async () => {
+    if (!(await messagesWait(deps))) return false;
+    await deps.chatQueue.sweep();
+    return true;
+  });
 
-  // Up to 10 attempts run together per poll; each has its own 10 s deadline.
+  // Up to 10 attempts run together; each has its own 10 s deadline.
   await deps.jobs.work<DeliverJob>(
     DELIVER_QUEUE,
     async (job) => {
@@ -46,10 +57,10 @@ export async function registerWorkers(
         throw err;
       }
     },
-    { batchSize: 10 },
+    { concurrency: 10 },
   );
 
-  // Generations run for minutes: independent loops, so one long run does not hold up the next.
+  // Generations run for minutes: several at once, so one long run does not hold up the next.
   await deps.jobs.work<AsyncArtifactJob>(
     ASYNC_ARTIFACT_QUEUE,
     (job) =>
@@ -71,6 +82,14 @@ export async function registerWorkers(
       () => failAbandonedRequest(deps, job.data.requestId),
     ),
   );
+}
+
+/** Whether any chat message waits in a busy queue (the partial index of waiting messages). */
+async function messagesWait(deps: AppDeps): Promise<boolean> {
+  const { rows } = await deps.database.query<{ waiting: boolean }>(
+    `select exists (select 1 from chat_queued_messages where status = 'queued') as waiting`,
+  );
+  return rows[0]?.waiting === true;
 }
 
 /** A job handler that threw (pg-boss retries it): logged with its queue, job and request ids. */
