@@ -362,10 +362,11 @@ export async function createJobQueue(database: Database, options: JobQueueOption
           // A full fetch suggests more are waiting: fetch again once places are free.
           if (rows.length >= limit) wanted = true;
           else if (later) {
-            // One alarm is kept per queue: the jobs due after it get theirs from a check (of the
-            // jobs due later only: one due now that this fetch skipped is locked by another's).
+            // One alarm is kept per queue: the jobs due after it get theirs from a check. A job
+            // that became due between this fetch and that check is woken by the check (it has no
+            // alarm: only jobs due later get one).
             later = false;
-            scheduleCheck(0, false);
+            scheduleCheck(0);
           }
           for (const row of rows) begin(row);
         }
@@ -435,13 +436,10 @@ export async function createJobQueue(database: Database, options: JobQueueOption
   let check: Alarm | null = null;
   let checking: Promise<void> | null = null;
   let checkAgain = false;
-  /** The next check also wakes the queues with jobs due now (otherwise it only sets alarms). */
-  let checkDueNow = false;
 
   /** Runs the check of every queue in `ms` (an earlier one stays). */
-  function scheduleCheck(ms: number, dueNow = true) {
+  function scheduleCheck(ms: number) {
     if (stopped || !started) return;
-    if (dueNow) checkDueNow = true;
     const at = Date.now() + ms;
     if (check && check.at <= at) return;
     if (check) clearTimeout(check.timer);
@@ -456,14 +454,12 @@ export async function createJobQueue(database: Database, options: JobQueueOption
     }
     checking = (async () => {
       try {
-        const dueNow = checkDueNow;
-        checkDueNow = false;
         const names = [...workers.keys()];
         if (names.length === 0) return;
         const { rows } = await executor.executeSql(NEXT_DUE, [names]);
         for (const row of rows as Array<{ name: string; due_now: boolean; next_ms: number | null }>) {
           const worker = workers.get(row.name);
-          if (dueNow && row.due_now) worker?.wake();
+          if (row.due_now) worker?.wake();
           if (row.next_ms !== null) worker?.wakeIn(Math.max(1, Number(row.next_ms)));
         }
       } catch (err) {
@@ -473,8 +469,7 @@ export async function createJobQueue(database: Database, options: JobQueueOption
       checking = null;
       if (checkAgain) {
         checkAgain = false;
-        // Its kind (due now or not) was recorded when it was asked for.
-        scheduleCheck(0, false);
+        scheduleCheck(0);
       }
     });
   }
