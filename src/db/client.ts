@@ -37,6 +37,14 @@ export interface Database {
   exec(text: string): Promise<void>;
   pglite: PGlite | null;
   pool: pg.Pool | null;
+  /**
+   * PostgreSQL: a few connections for the turn's opening statement only (src/turns/turn-open.ts),
+   * on generic plans from the first execution (`plan_cache_mode`), and kept open. On the main pool
+   * each new connection planned that statement afresh for its first five executions (3.5 to 5 ms
+   * each, against 1.5 to 2 ms on the generic plan), and a turn's start queued behind other work's
+   * statements (docs/decisions.md, "The turn's opening statement on a pool of its own").
+   */
+  turnPool: pg.Pool | null;
   ping(timeoutMs?: number): Promise<boolean>;
   close(): Promise<void>;
 }
@@ -103,6 +111,9 @@ export interface OpenOptions {
   poolSize?: number;
 }
 
+/** Connections of `turnPool`: one statement of about 2 ms each, so a few serve hundreds of turns a second. */
+const TURN_POOL_SIZE = 8;
+
 export async function openDatabase(options: OpenOptions): Promise<Database> {
   if (options.databaseUrl) return openPostgres(options.databaseUrl, options.poolSize ?? 20);
   if (options.pglite) return openPglite(options.pglite, () => {});
@@ -128,6 +139,7 @@ async function openPglite(client: PGlite, unlock: () => void): Promise<Database>
     openedAt: new Date().toISOString(),
     pglite: client,
     pool: null,
+    turnPool: null,
     async query<T>(text: string, params?: unknown[]) {
       const result = await client.query<T>(text, params as any[], { parsers: PGLITE_PARSERS });
       return { rows: result.rows };
@@ -165,11 +177,21 @@ async function openPostgres(url: string, max: number): Promise<Database> {
     // the rest of a burst's connections still close after 5 minutes.
     idleTimeoutMillis: 5 * 60_000,
   });
-  // An idle client losing its server must not crash the process; the next query reports it.
-  pool.on('error', () => {});
-  // Nor may a checked-out one (a transaction): the pool listens only to idle clients, and pg emits
-  // 'error' on a client whose connection drops. Its queries reject, and the pool discards it on release.
-  pool.on('connect', (client) => client.on('error', () => {}));
+  // Generic plans fit the one statement that runs there (its parameters are ids, a text and flags):
+  // the plan PostgreSQL settles on by itself after five custom ones. Never closed for idleness.
+  const turnPool = new pg.Pool({
+    connectionString: url,
+    max: Math.min(TURN_POOL_SIZE, max),
+    options: '-c TimeZone=UTC -c plan_cache_mode=force_generic_plan',
+    idleTimeoutMillis: 0,
+  });
+  for (const p of [pool, turnPool]) {
+    // An idle client losing its server must not crash the process; the next query reports it.
+    p.on('error', () => {});
+    // Nor may a checked-out one (a transaction): the pool listens only to idle clients, and pg emits
+    // 'error' on a client whose connection drops. Its queries reject, and the pool discards it on release.
+    p.on('connect', (client) => client.on('error', () => {}));
+  }
   const db = drizzlePg({ client: pool, schema }) as unknown as Db;
   let closed = false;
   return {
@@ -178,6 +200,7 @@ async function openPostgres(url: string, max: number): Promise<Database> {
     openedAt: new Date().toISOString(),
     pglite: null,
     pool,
+    turnPool,
     async query<T>(text: string, params?: unknown[]) {
       const result = await pool.query(text, params as any[]);
       return { rows: result.rows as T[] };
@@ -203,7 +226,7 @@ async function openPostgres(url: string, max: number): Promise<Database> {
     async close() {
       if (closed) return;
       closed = true;
-      await pool.end();
+      await Promise.all([pool.end(), turnPool.end()]);
     },
   };
 }
