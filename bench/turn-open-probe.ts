@@ -3,7 +3,10 @@
  * (issue 14, Session 6): a fresh database, one chat, and on each new connection N turns opened
  * and released in turn. `--mode` sets plan_cache_mode for the probe's connections.
  *
- *   npx tsx bench/turn-open-probe.ts [--connections 4] [--turns 10] [--mode auto|force_generic_plan|force_custom_plan]
+ *   npx tsx bench/turn-open-probe.ts [--connections 4] [--turns 10] [--mode auto|force_generic_plan|force_custom_plan] [--pause ms]
+ *
+ * `--pause`: idle time before each execution (a turn every 2 s per worker in the closed loop);
+ * PROBE_EXPLAIN=1 prints the generic plan's EXPLAIN ANALYZE.
  */
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
@@ -16,6 +19,7 @@ const { values: args } = parseArgs({
     connections: { type: 'string', default: '4' },
     turns: { type: 'string', default: '10' },
     mode: { type: 'string', default: 'auto' },
+    pause: { type: 'string', default: '0' },
   },
 });
 const db = await prepareDatabase('postgres', 'scriptorium_probe');
@@ -42,6 +46,7 @@ try {
     const times: number[] = [];
     for (let t = 0; t < Number(args.turns); t++) {
       const values = [chat.id, chat.organization_id, chat.api_key_id, 0, true, `Hello ${t}`, 'Hello', 60, 99];
+      if (Number(args.pause) > 0) await new Promise((resolve) => setTimeout(resolve, Number(args.pause)));
       const start = performance.now();
       const result = await client.query({ name: 'turn_open', text: OPEN_TURN_SQL, values });
       times.push(performance.now() - start);
