@@ -38,8 +38,9 @@ export interface Database {
   pglite: PGlite | null;
   pool: pg.Pool | null;
   /**
-   * PostgreSQL: a few connections for the turn's opening statement only (src/turns/turn-open.ts),
-   * on generic plans from the first execution (`plan_cache_mode`), and kept open. On the main pool
+   * PostgreSQL: 4 of the pool's connections for the turn's opening statement only
+   * (src/turns/turn-open.ts), on generic plans from the first execution (`plan_cache_mode`), and
+   * kept open; null with a pool smaller than 4. On the main pool
    * each new connection planned that statement afresh for its first five executions (3.5 to 5 ms
    * each, against 1.5 to 2 ms on the generic plan), and a turn's start queued behind other work's
    * statements (docs/decisions.md, "The turn's opening statement on a pool of its own").
@@ -111,8 +112,11 @@ export interface OpenOptions {
   poolSize?: number;
 }
 
-/** Connections of `turnPool`: one statement of about 2 ms each, so a few serve hundreds of turns a second. */
-const TURN_POOL_SIZE = 8;
+/**
+ * Connections of `turnPool`, taken from the pool size (20: 16 + 4, so a process still opens at most
+ * 20; docs/operations.md): one statement of about 2 ms each, so a few serve hundreds of turns a second.
+ */
+const TURN_POOL_SIZE = 4;
 
 export async function openDatabase(options: OpenOptions): Promise<Database> {
   if (options.databaseUrl) return openPostgres(options.databaseUrl, options.poolSize ?? 20);
@@ -165,10 +169,11 @@ async function openPglite(client: PGlite, unlock: () => void): Promise<Database>
   };
 }
 
-async function openPostgres(url: string, max: number): Promise<Database> {
+async function openPostgres(url: string, poolSize: number): Promise<Database> {
+  const turnPoolSize = Math.min(TURN_POOL_SIZE, Math.floor(poolSize / 4));
   const pool = new pg.Pool({
     connectionString: url,
-    max,
+    max: poolSize - turnPoolSize,
     options: '-c TimeZone=UTC',
     // pg's default (10 s) closed connections that the pollers (pg-boss workers and the repeated
     // tasks, each every second) opened again moments later: a connection start-up (TLS-less still
@@ -179,13 +184,16 @@ async function openPostgres(url: string, max: number): Promise<Database> {
   });
   // Generic plans fit the one statement that runs there (its parameters are ids, a text and flags):
   // the plan PostgreSQL settles on by itself after five custom ones. Never closed for idleness.
-  const turnPool = new pg.Pool({
-    connectionString: url,
-    max: Math.min(TURN_POOL_SIZE, max),
-    options: '-c TimeZone=UTC -c plan_cache_mode=force_generic_plan',
-    idleTimeoutMillis: 0,
-  });
-  for (const p of [pool, turnPool]) {
+  const turnPool =
+    turnPoolSize > 0
+      ? new pg.Pool({
+          connectionString: url,
+          max: turnPoolSize,
+          options: '-c TimeZone=UTC -c plan_cache_mode=force_generic_plan',
+          idleTimeoutMillis: 0,
+        })
+      : null;
+  for (const p of turnPool ? [pool, turnPool] : [pool]) {
     // An idle client losing its server must not crash the process; the next query reports it.
     p.on('error', () => {});
     // Nor may a checked-out one (a transaction): the pool listens only to idle clients, and pg emits
@@ -226,7 +234,7 @@ async function openPostgres(url: string, max: number): Promise<Database> {
     async close() {
       if (closed) return;
       closed = true;
-      await Promise.all([pool.end(), turnPool.end()]);
+      await Promise.all([pool.end(), turnPool?.end()]);
     },
   };
 }
