@@ -61,9 +61,13 @@ try {
     if (process.env.PROBE_EXPLAIN && c === 0) {
       await client.query('begin');
       const values = [chat.id, chat.organization_id, chat.api_key_id, 0, true, 'x', 'Hello', 60, 99];
-      await client.query({ text: `prepare x(int,int,int,int,boolean,text,text,float8,int) as ${OPEN_TURN_SQL}` });
+      await client.query({
+        text: `prepare x(int,int,int,int,boolean,text,text,float8,int) as ${OPEN_TURN_SQL}`,
+      });
       await client.query('set local plan_cache_mode = force_generic_plan');
-      const plan = await client.query(`explain (analyze, timing, summary) execute x(${values.map((v) => (typeof v === 'string' ? `'${v}'` : v)).join(',')})`);
+      const plan = await client.query(
+        `explain (analyze, timing, summary) execute x(${values.map((v) => (typeof v === 'string' ? `'${v}'` : v)).join(',')})`,
+      );
       console.log(plan.rows.map((r) => r['QUERY PLAN']).join('\n'));
       await client.query('rollback');
     }
