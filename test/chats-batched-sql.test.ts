@@ -4,13 +4,13 @@
  * it gets alone: its own page or 404, its own chat or its own refusal, whatever the others asked.
  * On PGlite the same requests run one by one and must give the same answers.
  */
-import { eq, inArray } from 'drizzle-orm';
+import { and, count, desc, eq, inArray, isNull } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { OrgPrincipal } from '../src/core/principal.js';
+import type { Db } from '../src/db/client.js';
 import { chatMessages, chats } from '../src/db/schema/index.js';
 import { batchStats } from '../src/modules/chats/prepared.js';
 import { presentChat } from '../src/modules/chats/presenter.js';
-import { listChats } from '../src/modules/chats/service.js';
 import { emptyChat } from './chats-support.js';
 import {
   type ApiResponse,
@@ -214,9 +214,8 @@ describe('the chat list written by PostgreSQL', () => {
       userId: null,
       role: 'admin',
     } as OrgPrincipal;
-    const ctx = { db, principal } as Parameters<typeof listChats>[0];
     const expected = async (query: { page: number; page_size: number; project_id?: number }) => {
-      const { rows, total } = await listChats(ctx, query);
+      const { rows, total } = await listChats(db, principal, query);
       return {
         status: 'ok',
         response: {
@@ -254,3 +253,31 @@ describe('the chat list written by PostgreSQL', () => {
     for (const [i, res] of together.entries()) expect(res.body).toEqual(await expected(urls[i][1]));
   });
 });
+
+/**
+ * The chat list as Drizzle reads it (the list's former service function): what the statement of
+ * list-page.ts must give, the key's own chats, not archived, of one project when asked, newest first.
+ */
+async function listChats(
+  db: Db,
+  principal: OrgPrincipal,
+  query: { page: number; page_size: number; project_id?: number },
+) {
+  const where = and(
+    eq(chats.organizationId, principal.organizationId),
+    eq(chats.apiKeyId, principal.keyId),
+    isNull(chats.archivedAt),
+    query.project_id === undefined ? undefined : eq(chats.projectId, query.project_id),
+  );
+  const [rows, [{ total }]] = await Promise.all([
+    db
+      .select()
+      .from(chats)
+      .where(where)
+      .orderBy(desc(chats.createdAt), desc(chats.id))
+      .limit(query.page_size)
+      .offset((query.page - 1) * query.page_size),
+    db.select({ total: count() }).from(chats).where(where),
+  ]);
+  return { rows, total };
+}

@@ -37,6 +37,15 @@ export interface Database {
   exec(text: string): Promise<void>;
   pglite: PGlite | null;
   pool: pg.Pool | null;
+  /**
+   * PostgreSQL: 4 of the pool's connections for the turn's opening statement only
+   * (src/turns/turn-open.ts), on generic plans from the first execution (`plan_cache_mode`), and
+   * kept open; null with a pool smaller than 4. On the main pool
+   * each new connection planned that statement afresh for its first five executions (3.5 to 5 ms
+   * each, against 1.5 to 2 ms on the generic plan), and a turn's start queued behind other work's
+   * statements (docs/decisions.md, "The turn's opening statement on a pool of its own").
+   */
+  turnPool: pg.Pool | null;
   ping(timeoutMs?: number): Promise<boolean>;
   close(): Promise<void>;
 }
@@ -103,6 +112,12 @@ export interface OpenOptions {
   poolSize?: number;
 }
 
+/**
+ * Connections of `turnPool`, taken from the pool size (20: 16 + 4, so a process still opens at most
+ * 20; docs/operations.md): one statement of about 2 ms each, so a few serve hundreds of turns a second.
+ */
+const TURN_POOL_SIZE = 4;
+
 export async function openDatabase(options: OpenOptions): Promise<Database> {
   if (options.databaseUrl) return openPostgres(options.databaseUrl, options.poolSize ?? 20);
   if (options.pglite) return openPglite(options.pglite, () => {});
@@ -128,6 +143,7 @@ async function openPglite(client: PGlite, unlock: () => void): Promise<Database>
     openedAt: new Date().toISOString(),
     pglite: client,
     pool: null,
+    turnPool: null,
     async query<T>(text: string, params?: unknown[]) {
       const result = await client.query<T>(text, params as any[], { parsers: PGLITE_PARSERS });
       return { rows: result.rows };
@@ -153,10 +169,11 @@ async function openPglite(client: PGlite, unlock: () => void): Promise<Database>
   };
 }
 
-async function openPostgres(url: string, max: number): Promise<Database> {
+async function openPostgres(url: string, poolSize: number): Promise<Database> {
+  const turnPoolSize = Math.min(TURN_POOL_SIZE, Math.floor(poolSize / 4));
   const pool = new pg.Pool({
     connectionString: url,
-    max,
+    max: poolSize - turnPoolSize,
     options: '-c TimeZone=UTC',
     // pg's default (10 s) closed connections that the pollers (pg-boss workers and the repeated
     // tasks, each every second) opened again moments later: a connection start-up (TLS-less still
@@ -165,11 +182,24 @@ async function openPostgres(url: string, max: number): Promise<Database> {
     // the rest of a burst's connections still close after 5 minutes.
     idleTimeoutMillis: 5 * 60_000,
   });
-  // An idle client losing its server must not crash the process; the next query reports it.
-  pool.on('error', () => {});
-  // Nor may a checked-out one (a transaction): the pool listens only to idle clients, and pg emits
-  // 'error' on a client whose connection drops. Its queries reject, and the pool discards it on release.
-  pool.on('connect', (client) => client.on('error', () => {}));
+  // Generic plans fit the one statement that runs there (its parameters are ids, a text and flags):
+  // the plan PostgreSQL settles on by itself after five custom ones. Never closed for idleness.
+  const turnPool =
+    turnPoolSize > 0
+      ? new pg.Pool({
+          connectionString: url,
+          max: turnPoolSize,
+          options: '-c TimeZone=UTC -c plan_cache_mode=force_generic_plan',
+          idleTimeoutMillis: 0,
+        })
+      : null;
+  for (const p of turnPool ? [pool, turnPool] : [pool]) {
+    // An idle client losing its server must not crash the process; the next query reports it.
+    p.on('error', () => {});
+    // Nor may a checked-out one (a transaction): the pool listens only to idle clients, and pg emits
+    // 'error' on a client whose connection drops. Its queries reject, and the pool discards it on release.
+    p.on('connect', (client) => client.on('error', () => {}));
+  }
   const db = drizzlePg({ client: pool, schema }) as unknown as Db;
   let closed = false;
   return {
@@ -178,6 +208,7 @@ async function openPostgres(url: string, max: number): Promise<Database> {
     openedAt: new Date().toISOString(),
     pglite: null,
     pool,
+    turnPool,
     async query<T>(text: string, params?: unknown[]) {
       const result = await pool.query(text, params as any[]);
       return { rows: result.rows as T[] };
@@ -203,7 +234,7 @@ async function openPostgres(url: string, max: number): Promise<Database> {
     async close() {
       if (closed) return;
       closed = true;
-      await pool.end();
+      await Promise.all([pool.end(), turnPool?.end()]);
     },
   };
 }

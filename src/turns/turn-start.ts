@@ -114,31 +114,68 @@ export async function startTurnAtOnce(
   };
 }
 
-const START_TURN_SQL = `
-with funded as (
-  select exists (select 1 from organizations where id = $1 and credit_balance > 0) as ok
-), ids as (
+/** SQL expressions (parameters, columns of earlier CTEs) for the parts of TURN_WRITES. */
+export interface TurnWriteValues {
+  /** A FROM list and condition giving one row when the turn may start (e.g. `gate where usable`). */
+  when: string;
+  organizationId: string;
+  chatId: string;
+  leaseSeconds: string;
+  content: string;
+  prompt: string;
+  model: string;
+  modelConfigurationId: string;
+  title: string;
+  /** CTEs the assistant message's `model` and `modelConfigurationId` read, if any (`, plan`). */
+  modelFrom?: string;
+}
+
+/**
+ * A turn's writes as CTEs after those deciding whether it starts, shared by the one-statement
+ * starts (turn-open.ts, startTurnAtOnce): `ids` draws both message ids (the user's first) only when
+ * `when` gives a row; `turn` takes the chat's lease with `on conflict do nothing` on the
+ * one-running-turn index; only once it is taken, `msgs` writes both messages with those ids and
+ * `touched` the chat's `updated_at` and title. A taken lease writes nothing and logs no error.
+ */
+export function turnWrites(v: TurnWriteValues): string {
+  return `ids as (
   select least(x, y) as u, greatest(x, y) as a
   from (select nextval('chat_messages_id_seq') as x, nextval('chat_messages_id_seq') as y
-        from funded where ok) s
+        from ${v.when}) s
 ), turn as (
   insert into chat_turns (organization_id, chat_id, status, user_message_id, assistant_message_id, lease_expires_at)
-  select $1, $2, 'running', u, a, now() + make_interval(secs => $7::float8) from ids
+  select ${v.organizationId}, ${v.chatId}, 'running', u, a, now() + make_interval(secs => ${v.leaseSeconds}) from ids
   on conflict do nothing
   returning id
 ), msgs as (
   insert into chat_messages
     (id, organization_id, chat_id, role, content, prompt, status, completed_at, model, model_configuration_id)
   overriding system value
-  select ids.u, $1, $2, 'user', $3::text, $4::text, 'completed', now(), null, null
+  select ids.u, ${v.organizationId}, ${v.chatId}, 'user', ${v.content}, ${v.prompt}, 'completed', now(), null, null
   from ids where exists (select 1 from turn)
   union all
-  select ids.a, $1, $2, 'assistant', '', null, 'generating', null, $5::text, $6::int
-  from ids where exists (select 1 from turn)
+  select ids.a, ${v.organizationId}, ${v.chatId}, 'assistant', '', null, 'generating', null, ${v.model}, ${v.modelConfigurationId}
+  from ids${v.modelFrom ?? ''} where exists (select 1 from turn)
 ), touched as (
-  update chats set updated_at = now(), title = coalesce(title, $8::text)
-  where id = $2 and exists (select 1 from turn)
-)
+  update chats set updated_at = now(), title = coalesce(title, ${v.title})
+  where id = ${v.chatId} and exists (select 1 from turn)
+)`;
+}
+
+const START_TURN_SQL = `
+with funded as (
+  select exists (select 1 from organizations where id = $1 and credit_balance > 0) as ok
+), ${turnWrites({
+  when: 'funded where ok',
+  organizationId: '$1',
+  chatId: '$2',
+  leaseSeconds: '$7::float8',
+  content: '$3::text',
+  prompt: '$4::text',
+  model: '$5::text',
+  modelConfigurationId: '$6::int',
+  title: '$8::text',
+})}
 select (select ok from funded) as funded,
        (select u from ids) as user_message_id,
        (select a from ids) as assistant_message_id,

@@ -1,11 +1,13 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply } from 'fastify';
 import { contextOf } from '../../http/context.js';
 import { badRequest } from '../../http/errors.js';
 import { sendJsonText } from '../../http/json-text.js';
 import { PageQuery, pagination } from '../../http/pagination.js';
 import { IdParams, ok, V2Error, v2Responses } from '../../http/schemas.js';
 import { requestArrival } from '../../telemetry/turn-timing.js';
+import type { TurnPlan } from '../../turns/plan.js';
+import type { StartedTurn } from '../../turns/runner.js';
 import { compileResponseFormat } from '../../turns/structured-output.js';
 import { looksLikeSlashCommand } from '../../turns/system-prompt.js';
 import { watchPauses } from '../../turns/turn-stops.js';
@@ -25,6 +27,12 @@ export async function messageRoutes(parent: FastifyInstance): Promise<void> {
   const app = parent.withTypeProvider<TypeBoxTypeProvider>();
   const { deps } = app;
   const { replyTimeoutMs } = deps.config;
+  /** A non-streamed turn's answer: its message once done, or paused for tool approvals; 504 after the reply timeout. */
+  const answer = async (reply: FastifyReply, plan: TurnPlan, turn: StartedTurn) => {
+    const pauses = watchPauses(turnStops(deps), plan, turn);
+    const message = await awaitTurn(reply, turn, replyTimeoutMs, {}, pauses);
+    return { status: 'ok' as const, response: { message } };
+  };
 
   app.post(
     '/chats/:id/messages',
@@ -59,15 +67,7 @@ export async function messageRoutes(parent: FastifyInstance): Promise<void> {
           await streamTurn(request, reply, deps, start, {});
           return reply;
         }
-        const turn = await start();
-        const message = await awaitTurn(
-          reply,
-          turn,
-          replyTimeoutMs,
-          {},
-          watchPauses(turnStops(deps), plan, turn),
-        );
-        return { status: 'ok' as const, response: { message } };
+        return answer(reply, plan, await start());
       }
       const plan = await prepareTurn(ctx, request.params.id);
       if (ifBusy !== 'reject') {
@@ -92,15 +92,11 @@ export async function messageRoutes(parent: FastifyInstance): Promise<void> {
         );
         return reply;
       }
-      const turn = await deps.turns.begin(ctx, plan, content, { arrivedAt, additions: withAttachments });
-      const message = await awaitTurn(
+      return answer(
         reply,
-        turn,
-        replyTimeoutMs,
-        {},
-        watchPauses(turnStops(deps), plan, turn),
+        plan,
+        await deps.turns.begin(ctx, plan, content, { arrivedAt, additions: withAttachments }),
       );
-      return { status: 'ok' as const, response: { message } };
     },
   );
 

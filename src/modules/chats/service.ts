@@ -1,4 +1,4 @@
-import { and, asc, count, desc, eq, inArray, isNull, or, sql } from 'drizzle-orm';
+import { and, asc, count, eq, inArray, isNull, or, sql } from 'drizzle-orm';
 import { recordAudit } from '../../audit/record.js';
 import type { ServiceContext } from '../../core/context.js';
 import type { OrgPrincipal } from '../../core/principal.js';
@@ -13,7 +13,6 @@ import {
   toolExecutions,
 } from '../../db/schema/index.js';
 import { notFound } from '../../http/errors.js';
-import { offsetOf } from '../../http/pagination.js';
 import { agentAccessDenied, usableAgent } from '../../policies/agents.js';
 import { checkUsableProject, usableProject } from '../../policies/projects.js';
 import { loadPlanRows, type PlanRows, type TurnPlan } from '../../turns/plan.js';
@@ -21,7 +20,7 @@ import { dropChatQueue } from '../../turns/queue-store.js';
 import { CHAT_REFUSAL, checkChatModel, chooseChatModel } from '../model-configurations/resolve.js';
 import { attachmentsOf } from './attachments.js';
 import { presentMessage } from './presenter.js';
-import type { ChatListQuery, CreateChatBody, MessageView } from './schemas.js';
+import type { CreateChatBody, MessageView } from './schemas.js';
 
 const TITLE_MAX = 60;
 
@@ -134,24 +133,6 @@ export function checkPlan(rows: PlanRows): TurnPlan {
   }
   const configuration = checkChatModel(chat.modelConfigurationId, rows.configuration, CHAT_REFUSAL);
   return { chat, project, agent, configuration };
-}
-
-export async function listChats(ctx: ServiceContext, query: ChatListQuery) {
-  const where = and(
-    ownedBy(ctx.principal),
-    query.project_id === undefined ? undefined : eq(chats.projectId, query.project_id),
-  );
-  const [rows, [{ total }]] = await Promise.all([
-    ctx.db
-      .select()
-      .from(chats)
-      .where(where)
-      .orderBy(desc(chats.createdAt), desc(chats.id))
-      .limit(query.page_size)
-      .offset(offsetOf(query)),
-    ctx.db.select({ total: count() }).from(chats).where(where),
-  ]);
-  return { rows, total };
 }
 
 export async function messageCount(db: Queryable, chatId: number): Promise<number> {

@@ -58,7 +58,6 @@ export async function streamTurn(
   start: () => Promise<StartedTurn>,
   options: { announceChat?: ChatView },
 ): Promise<void> {
-  const sse = new SseStream(reply);
   let turn: StartedTurn;
   try {
     turn = await start();
@@ -72,10 +71,15 @@ export async function streamTurn(
       refusal,
       !options.announceChat && retryRunsAgain(error.status),
     );
+    const sse = new SseStream(reply);
     sse.send(refusal.name, refusal.data, 1);
     sse.end();
     return;
   }
+  // The turn sends its model request within this tick's promise jobs; the response's headers wait
+  // for the next turn of the event loop, so their write is not on the way to the first token.
+  await new Promise<void>((resolve) => setImmediate(resolve));
+  const sse = new SseStream(reply);
 
   const recorded = setIdempotentStream(request, turnStreamKey(turn.turnId)).catch((err) =>
     reply.log.error({ err }, 'could not record the stream of an idempotent request'),
