@@ -539,8 +539,6 @@ class ModelResponse implements Dispatcher.DispatchHandlers {
   complete = false;
   failure: unknown = null;
   private readonly decoder = new StringDecoder('utf8');
-  /** The last chunk ended on a non-ASCII byte: the decoder may hold part of a character. */
-  private splitTail = false;
   private sink_: { data(piece: string): boolean; ended(): void } | null = null;
   /** Body text that arrived before the sink was set (or, for an error status, the whole body). */
   private early = '';
@@ -607,14 +605,7 @@ class ModelResponse implements Dispatcher.DispatchHandlers {
   }
 
   onData(chunk: Buffer): boolean {
-    // A chunk that ends on an ASCII byte, after one that did too, holds only whole characters: it
-    // is decoded as it is; the decoder (and its JavaScript per call) only around a split character.
-    let piece: string;
-    if (!this.splitTail && chunk.length > 0 && chunk[chunk.length - 1]! < 0x80) piece = chunk.toString('utf8');
-    else {
-      piece = this.decoder.write(chunk);
-      this.splitTail = chunk.length > 0 ? chunk[chunk.length - 1]! >= 0x80 : this.splitTail;
-    }
+    const piece = this.decoder.write(chunk);
     if (!piece) return true;
     if (this.sink_ === null) {
       this.early += piece;
