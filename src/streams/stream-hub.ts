@@ -131,8 +131,11 @@ export class StreamHub {
   /** When `timer` fires (performance.now()). */
   private timerDue = 0;
   /** Last events waiting for the next write: resolved (or rejected) with it. */
-  private finalsWritten: { promise: Promise<void>; resolve: () => void; reject: (err: unknown) => void } | null =
-    null;
+  private finalsWritten: {
+    promise: Promise<void>;
+    resolve: () => void;
+    reject: (err: unknown) => void;
+  } | null = null;
   private chain: Promise<void> = Promise.resolve();
   private failedAttempts = 0;
   private keepAlive: NodeJS.Timeout | null = null;
