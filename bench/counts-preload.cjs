@@ -23,7 +23,7 @@ if (process.argv.some((a) => a.endsWith('src/main.ts')) && process.env.COUNTS_FI
   const query = pg.Client.prototype.query;
   pg.Client.prototype.query = function (config, ...rest) {
     counts.statements += 1;
-    const text = typeof config === 'string' ? config : config && config.text;
+    const text = typeof config === 'string' ? config : config?.text;
     const kind = typeof text === 'string' ? text.trim().replace(/\s+/g, ' ').slice(0, 40) : 'other';
     counts.kinds[kind] = (counts.kinds[kind] || 0) + 1;
     return query.call(this, config, ...rest);
