@@ -21,7 +21,7 @@ const done = 'data: [DONE]\n\n';
  * What the server writes, one `write` per string, 40 ms apart (so each is a read of its own); a
  * number is a further wait in ms.
  */
-let writes: (string | number)[] = [];
+let writes: (string | Buffer | number)[] = [];
 let server: http.Server;
 let model: LeanModel;
 const agent = new Agent();
@@ -100,6 +100,21 @@ describe('lean client reads', () => {
     writes = [whole.slice(0, 20), whole.slice(20)];
     const { parts: out } = await parts();
     expect(out.filter((p) => p.type === 'text-delta')).toEqual([{ type: 'text-delta', text: 'split' }]);
+  });
+
+  it('decodes characters split across reads (a read ending inside a character, then whole ones)', async () => {
+    const body = Buffer.from([content('é 漢字 😀'), content('ü'), finish, done].join(''));
+    // Cut inside 漢 (3 bytes) and inside 😀 (4 bytes); the reads after them end on ASCII bytes.
+    const han = body.indexOf(Buffer.from('漢')) + 1;
+    const emoji = body.indexOf(Buffer.from('😀')) + 2;
+    const u = body.indexOf(Buffer.from('ü')) + 1;
+    writes = [body.subarray(0, han), body.subarray(han, emoji), body.subarray(emoji, u), body.subarray(u)];
+    const { parts: out } = await parts();
+    const text = out
+      .filter((p) => p.type === 'text-delta')
+      .map((p) => (p as { text: string }).text)
+      .join('');
+    expect(text).toBe('é 漢字 😀ü');
   });
 
   describe('in a busy process (coalescing at the source)', () => {

@@ -1,7 +1,7 @@
 import os from 'node:os';
 import { eq, inArray, sql } from 'drizzle-orm';
 import Fastify from 'fastify';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { type Database, openDatabase } from '../src/db/client.js';
 import { eventStreams, streamEvents } from '../src/db/schema/index.js';
 import {
@@ -81,6 +81,39 @@ describe('the stream hub', () => {
     expect(reader.ended()).toBe('ended');
     const after = await testDb.database.db.select().from(streamEvents).where(eq(streamEvents.streamKey, key));
     expect(after.map((r) => r.seq).sort()).toEqual([1, 2]);
+  });
+
+  it('last events of streams ending within finalFlushMs share one write; each resolves once stored', async () => {
+    const publisher = hub(testDb.database, { flushMs: 10_000, finalFlushMs: 60 });
+    const [a, b] = [`test:final-a-${Math.random()}`, `test:final-b-${Math.random()}`];
+    publisher.open(a);
+    publisher.open(b);
+    await publisher.flush();
+    const spy = vi.spyOn(testDb.database, 'query');
+    try {
+      const reader = collect(publisher, a);
+      await publisher.publish(a, 1, 'content', { content: 'x' });
+      const endA = publisher.publish(a, 2, 'done', { ok: 'a' });
+      // Delivered to local readers at once, as every event; stored with the next write.
+      expect(reader.events.map((e) => e.name)).toEqual(['content', 'done']);
+      await sleep(15);
+      const endB = publisher.publish(b, 1, 'done', { ok: 'b' });
+      await endA;
+      const stored = await testDb.database.db
+        .select({ key: streamEvents.streamKey, seq: streamEvents.seq })
+        .from(streamEvents)
+        .where(inArray(streamEvents.streamKey, [a, b]));
+      expect(stored.sort((x, y) => x.key.localeCompare(y.key) || x.seq - y.seq)).toEqual([
+        { key: a, seq: 1 },
+        { key: a, seq: 2 },
+        { key: b, seq: 1 },
+      ]);
+      await endB;
+      const writes = spy.mock.calls.filter(([text]) => String(text).includes('insert into stream_events'));
+      expect(writes).toHaveLength(1);
+    } finally {
+      spy.mockRestore();
+    }
   });
 
   it('a finished stream replays from memory to a late local reader exactly as it went out live', async () => {

@@ -98,9 +98,9 @@ export interface EventLoopLoadOptions {
 
 export const DEFAULT_EVENT_LOOP_LOAD: EventLoopLoadOptions = {
   sampleMs: 100,
-  busyAt: 0.5,
-  idleBelow: 0.3,
-  minWindowMs: 20,
+  busyAt: 0.3,
+  idleBelow: 0.2,
+  minWindowMs: 40,
   maxWindowMs: 100,
 };
 

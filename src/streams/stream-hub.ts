@@ -1,3 +1,4 @@
+import { performance } from 'node:perf_hooks';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Database } from '../db/client.js';
 import { Notifier } from './notifier.js';
@@ -44,8 +45,15 @@ export interface StreamState {
 }
 
 export interface StreamHubOptions {
-  /** How long events wait to be written together (a stream's last event is written at once). */
+  /** How long events wait to be written together. */
   flushMs: number;
+  /**
+   * How long a stream's last event waits at most, so that the last events of streams ending close
+   * together (and the other streams' pending events) share one statement; 0 writes it at once.
+   * Local readers have it already (it is delivered before it is stored, as every event); readers
+   * in other processes get it when it is written.
+   */
+  finalFlushMs: number;
   /** How long a stream stays vouched for without renewal; open streams renew every third of it. */
   aliveMs: number;
   /** How often a reader in another process checks the table (besides being woken by NOTIFY). */
@@ -58,6 +66,7 @@ export interface StreamHubOptions {
 
 export const DEFAULT_STREAM_HUB_OPTIONS: StreamHubOptions = {
   flushMs: 75,
+  finalFlushMs: 15,
   aliveMs: 60_000,
   pollMs: 1_000,
   retainLocalMs: 15_000,
@@ -105,7 +114,7 @@ interface PendingEvent {
  *
  * The publishing process fans events out to its own subscribers at once, in memory, and writes
  * them to `stream_events` in batches (one multi-row INSERT, one head upsert and one NOTIFY per
- * flush, at most every `flushMs`; a stream's last event is flushed at once). Readers in other
+ * flush, at most every `flushMs`; a stream's last event within `finalFlushMs`). Readers in other
  * processes (or after this process forgot a finished stream) read the table after their last
  * `seq` when notified, and on a short poll as a fallback. So a reconnecting client can be served
  * by any process, with no gap or duplicate, and nothing beyond the database is needed.
@@ -119,6 +128,14 @@ export class StreamHub {
   /** Streams whose head row must be written even without events (opened, or kept alive). */
   private heads = new Set<string>();
   private timer: NodeJS.Timeout | null = null;
+  /** When `timer` fires (performance.now()). */
+  private timerDue = 0;
+  /** Last events waiting for the next write: resolved (or rejected) with it. */
+  private finalsWritten: {
+    promise: Promise<void>;
+    resolve: () => void;
+    reject: (err: unknown) => void;
+  } | null = null;
   private chain: Promise<void> = Promise.resolve();
   private failedAttempts = 0;
   private keepAlive: NodeJS.Timeout | null = null;
@@ -183,7 +200,7 @@ export class StreamHub {
     stream.events = stream.events.map((e) => new RetainedEvent(e.seq, e.name, e.json!));
     stream.expiry = setTimeout(() => this.local.delete(key), this.options.retainLocalMs);
     stream.expiry.unref();
-    return this.flush();
+    return this.flushWithin(this.options.finalFlushMs);
   }
 
   /**
@@ -236,6 +253,11 @@ export class StreamHub {
     }
     const run = this.chain.then(() => this.writeBatch());
     this.chain = run.catch(() => {});
+    const finals = this.finalsWritten;
+    if (finals) {
+      this.finalsWritten = null;
+      run.then(finals.resolve, finals.reject);
+    }
     return run;
   }
 
@@ -317,6 +339,35 @@ export class StreamHub {
 
   private scheduleFlush(delay = this.options.flushMs) {
     if (this.timer || this.closed) return;
+    this.armTimer(delay);
+  }
+
+  /**
+   * Writes what is pending within `delay` (sooner if a flush was due sooner); resolves once a
+   * write that includes everything pending now is done.
+   */
+  private flushWithin(delay: number): Promise<void> {
+    if (delay <= 0 || this.closed) return this.flush();
+    if (!this.timer || this.timerDue > performance.now() + delay) {
+      if (this.timer) clearTimeout(this.timer);
+      this.armTimer(delay);
+    }
+    // Someone awaits this write (a turn's end): it must happen even if nothing else keeps the process up.
+    this.timer!.ref();
+    if (!this.finalsWritten) {
+      let resolve!: () => void;
+      let reject!: (err: unknown) => void;
+      const promise = new Promise<void>((res, rej) => {
+        resolve = res;
+        reject = rej;
+      });
+      this.finalsWritten = { promise, resolve, reject };
+    }
+    return this.finalsWritten.promise;
+  }
+
+  private armTimer(delay: number) {
+    this.timerDue = performance.now() + delay;
     this.timer = setTimeout(() => {
       this.timer = null;
       void this.flush();
