@@ -136,17 +136,17 @@ export function bootstrap(env: NodeJS.ProcessEnv): { organization_key: string; p
  * `node scripts/build-dist.mjs --if-stale && exec node <flags> <entry>`; this runs the same build
  * check and returns `<flags> <entry>`, so a bench measures the V8 flags and the compiled entry that
  * operators run. `BENCH_START_ARGS` (node arguments, space-separated, e.g. `--import tsx
- * src/main.ts`) replaces them, to compare start commands in alternating runs.
+ * src/main.ts`) replaces them (after the same build check), to compare start commands in
+ * alternating runs.
  */
 export function startArgs(): string[] {
-  const override = process.env.BENCH_START_ARGS?.trim();
-  if (override) return override.split(/\s+/);
   const start: string = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')).scripts.start;
   const match = /^(.*)&& exec node (.+)$/.exec(start);
   if (!match) throw new Error(`package.json's start script is not "... && exec node ARGS": ${start}`);
   const build = spawnSync('sh', ['-c', match[1]], { cwd: ROOT, stdio: ['ignore', 'inherit', 'inherit'] });
   if (build.status !== 0) throw new Error(`${match[1]} failed (${build.status})`);
-  return match[2].trim().split(/\s+/);
+  const override = process.env.BENCH_START_ARGS?.trim();
+  return (override || match[2].trim()).split(/\s+/);
 }
 
 /** The service on core 1, once `/ready` answers. */

@@ -44,7 +44,12 @@ function sourceHash(files) {
   for (const file of [fileURLToPath(import.meta.url), path.join(ROOT, 'tsconfig.json')]) {
     hash.update(readFileSync(file)).update('\0');
   }
-  for (const rel of files) hash.update(rel).update('\0').update(readFileSync(path.join(SRC, rel))).update('\0');
+  for (const rel of files)
+    hash
+      .update(rel)
+      .update('\0')
+      .update(readFileSync(path.join(SRC, rel)))
+      .update('\0');
   return hash.digest('hex');
 }
 
