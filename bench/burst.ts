@@ -15,6 +15,7 @@ import autocannon from 'autocannon';
 import { createParser } from 'eventsource-parser';
 import pg from 'pg';
 import { startFakeModelServer } from '../test/helpers/fake-model-server.js';
+import { startArgs } from './harness.js';
 
 const { values: opts } = parseArgs({
   options: {
@@ -154,7 +155,7 @@ async function prepareDatabase(): Promise<{ env: Record<string, string>; cleanup
 
 async function startService(env: Record<string, string>): Promise<{ child: ChildProcess; base: string }> {
   const port = 20000 + Math.floor(Math.random() * 20000);
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+  const child = spawn(process.execPath, startArgs(), {
     cwd: ROOT,
     env: { ...process.env, ...env, PORT: String(port), LOG_LEVEL: 'warn' },
     stdio: ['ignore', 'ignore', 'inherit'],
@@ -409,7 +410,7 @@ async function main() {
     SECRET_KEY: 'bench-secret-key-0123456789',
     WEBHOOK_RETRY_BASE_MS: '1000',
   };
-  const boot = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli.ts', 'bootstrap', '--json'], {
+  const boot = spawnSync('npm', ['run', '--silent', 'cli', '--', 'bootstrap', '--json'], {
     cwd: ROOT,
     env: { ...process.env, ...env, LOG_LEVEL: 'warn' },
     encoding: 'utf8',

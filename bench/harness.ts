@@ -5,7 +5,7 @@
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
@@ -131,6 +131,24 @@ export function bootstrap(env: NodeJS.ProcessEnv): { organization_key: string; p
   return JSON.parse(result.stdout);
 }
 
+/**
+ * The service's node arguments exactly as `npm start` runs them: package.json's `start` script is
+ * `node scripts/build-dist.mjs --if-stale && exec node <flags> <entry>`; this runs the same build
+ * check and returns `<flags> <entry>`, so a bench measures the V8 flags and the compiled entry that
+ * operators run. `BENCH_START_ARGS` (node arguments, space-separated, e.g. `--import tsx
+ * src/main.ts`) replaces them (after the same build check), to compare start commands in
+ * alternating runs.
+ */
+export function startArgs(): string[] {
+  const start: string = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')).scripts.start;
+  const match = /^(.*)&& exec node (.+)$/.exec(start);
+  if (!match) throw new Error(`package.json's start script is not "... && exec node ARGS": ${start}`);
+  const build = spawnSync('sh', ['-c', match[1]], { cwd: ROOT, stdio: ['ignore', 'inherit', 'inherit'] });
+  if (build.status !== 0) throw new Error(`${match[1]} failed (${build.status})`);
+  const override = process.env.BENCH_START_ARGS?.trim();
+  return (override || match[2].trim()).split(/\s+/);
+}
+
 /** The service on core 1, once `/ready` answers. */
 export async function startService(
   pin: boolean,
@@ -138,9 +156,9 @@ export async function startService(
   profileDir: string | null,
 ): Promise<ChildProcess> {
   // Node's own file names (CPU.<date>.<time>.<pid>.<thread>.<seq>.cpuprofile): one per thread that
-  // runs JavaScript, the main one and tsx's module-loader thread; a fixed name would overwrite.
+  // runs JavaScript (under tsx also its module-loader thread); a fixed name would overwrite.
   const nodeArgs = profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [];
-  const [command, args] = pinned(pin, 1, process.execPath, [...nodeArgs, '--import', 'tsx', 'src/main.ts']);
+  const [command, args] = pinned(pin, 1, process.execPath, [...nodeArgs, ...startArgs()]);
   const child = spawn(command, args, { cwd: ROOT, env, stdio: ['ignore', 'inherit', 'inherit'] });
   const base = `http://127.0.0.1:${env.PORT}`;
   for (let i = 0; i < 600; i++) {

@@ -1,6 +1,6 @@
 /**
  * What an idle service spends in the background (issue 14, session 5): starts the service as
- * bench/closed-loop.ts does (fresh database, `cli bootstrap`, `node --import tsx src/main.ts`),
+ * bench/closed-loop.ts does (fresh database, `cli bootstrap`, the node arguments of `npm start`),
  * waits `--settle` seconds after /ready, then counts over `--seconds`:
  *   - CPU ms of the service's process tree (utime + stime from /proc),
  *   - on PostgreSQL: transactions of its database (`xact_commit + xact_rollback` of
@@ -20,7 +20,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
-import { CLK_TCK, processTree, treeCpuMs } from './proc-stats.js';
+import { startArgs } from './harness.js';
+import { CLK_TCK, processTree, treeCpuMs, treeRssMb } from './proc-stats.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const arg = (name: string, fallback: string) => {
@@ -116,18 +117,23 @@ async function main() {
   if (boot.status !== 0) throw new Error(`bootstrap failed: ${boot.stderr}`);
 
   const nodeArgs = PROFILE ? ['--cpu-prof', `--cpu-prof-dir=${path.resolve(PROFILE)}`] : [];
-  child = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', 'src/main.ts'], {
+  const args = [...nodeArgs, ...startArgs()];
+  const spawned = performance.now();
+  child = spawn(process.execPath, args, {
     cwd: ROOT,
     env,
     stdio: ['ignore', 'inherit', 'inherit'],
   });
+  // Start-up: from spawn to the first 200 of /ready (polled every 20 ms), and the CPU it took.
   for (let i = 0; ; i++) {
-    if (i > 600) throw new Error('service not ready');
+    if (i > 3000) throw new Error('service not ready');
     try {
       if ((await fetch(`http://127.0.0.1:${port}/ready`)).ok) break;
     } catch {}
-    await new Promise((r) => setTimeout(r, 100));
+    await new Promise((r) => setTimeout(r, 20));
   }
+  const readyMs = performance.now() - spawned;
+  const startupCpuMs = treeCpuMs(processTree(child.pid!));
   await new Promise((r) => setTimeout(r, SETTLE * 1000));
 
   // One connection held for the run, so reading the counters opens no session of the database.
@@ -169,6 +175,10 @@ async function main() {
 
   const result: Record<string, unknown> = {
     backend: BACKEND,
+    start_args: args.join(' '),
+    ready_ms: Math.round(readyMs),
+    startup_cpu_ms: startupCpuMs,
+    rss_mb: Math.round(treeRssMb(processTree(child.pid!))),
     seconds: Number(seconds.toFixed(1)),
     service_cpu_ms: cpu1 - cpu0,
     service_cpu_ms_per_s: Number(((cpu1 - cpu0) / seconds).toFixed(2)),

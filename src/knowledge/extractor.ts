@@ -104,8 +104,9 @@ export class DocumentExtractor {
 }
 
 /**
- * Runs from source under tsx (npm start, tests) and from dist/ after `npm run build`: the child
- * is the sibling entry of this very file, and a TypeScript entry gets tsx's loader.
+ * Runs from dist/ (`npm start`, `npm run worker`: scripts/build-dist.mjs) and from source under tsx
+ * (tests, `npm run dev`): the child is the sibling entry of this very file, and a TypeScript entry
+ * gets tsx's loader.
  */
 function childCommand(): { entry: string; execArgv: string[] } {
   const here = import.meta.url;
