@@ -180,6 +180,53 @@ describe('reattaching to a chat stream', () => {
     for (const reader of readers) expect(reader.events).toEqual(original.events);
   });
 
+  it('a turn whose process died after writing its reply, before storing `done`: the stored events, then `done` with that reply', async () => {
+    const org = await orgWithFakeModel();
+    const chat = await newChat(org);
+    server.enqueue({ chunks: ['Kept ', 'whole'] });
+    const original = await readSse(`${t.baseUrl}/api/v2/chats/${chat}/messages`, {
+      key: org.orgKey,
+      body: { content: 'Hi', stream: true },
+    });
+    const done = original.events.at(-1) as { id: string; event: string; data: { message: any } };
+    expect(done.event).toBe('done');
+    // What a process killed within the hub's final flush leaves: the reply and the turn's end
+    // written, the stream without its last event, its liveness still vouched for.
+    const db = t.deps.database.db;
+    const [turn] = await db.select().from(chatTurns).where(eq(chatTurns.chatId, chat));
+    const key = `chat-turn:${turn.id}`;
+    const lastSeq = Number(done.id) - 1;
+    // Local readers get `done` at once; the hub stores it a few milliseconds later.
+    for (let i = 0; i < 100; i++) {
+      const [head] = await db.select().from(eventStreams).where(eq(eventStreams.key, key));
+      if (head?.endedAt) break;
+      await sleep(20);
+    }
+    await db
+      .delete(streamEvents)
+      .where(sql`${streamEvents.streamKey} = ${key} and ${streamEvents.seq} > ${lastSeq}`);
+    await db
+      .update(eventStreams)
+      .set({ lastSeq, endedAt: null, aliveUntil: sql`now() + interval '1 minute'` })
+      .where(eq(eventStreams.key, key));
+    await db
+      .update(chatTurns)
+      .set({ finishedAt: sql`now() - interval '10 seconds'` })
+      .where(eq(chatTurns.id, turn.id));
+
+    const res = await readSse(`${second.baseUrl}/api/v2/chats/${chat}/stream`, { key: org.orgKey });
+    expect(res.events.slice(0, -1)).toEqual(original.events.slice(0, -1));
+    const recovered = res.events.at(-1) as { id: string; event: string; data: { message: any } };
+    expect(recovered.event).toBe('done');
+    expect(recovered.id).toBe(String(lastSeq));
+    expect(recovered.data.message).toMatchObject({
+      id: done.data.message.id,
+      role: 'assistant',
+      content: 'Kept whole',
+      status: 'completed',
+    });
+  });
+
   it('a turn whose process died: the stored events, then an error event; the chat is not stuck', async () => {
     const org = await orgWithFakeModel();
     const chat = await newChat(org);

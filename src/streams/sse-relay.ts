@@ -8,8 +8,11 @@ export interface NamedEvent {
 }
 
 export interface RelayOptions {
-  /** The family's `error` event for a stream whose process stopped before its end. */
-  lostEvent: () => NamedEvent;
+  /**
+   * The event ending a stream whose process stopped before its end: the family's `error`, or
+   * what a caller recovers from elsewhere (relayTurn: a recorded reply's `done`).
+   */
+  lostEvent: () => NamedEvent | Promise<NamedEvent>;
   /** The seq the client already has (Last-Event-ID); events the relay adds itself repeat it. */
   afterSeq?: number;
 }
@@ -47,8 +50,15 @@ export function relayStream(
       },
       onEnd: (reason: StreamEnd) => {
         if (finished) return;
-        if (reason === 'lost') sendOwn(options.lostEvent());
-        finish();
+        if (reason !== 'lost') return finish();
+        void (async () => options.lostEvent())()
+          .then(
+            (event) => {
+              if (!finished) sendOwn(event);
+            },
+            () => undefined,
+          )
+          .finally(finish);
       },
     });
     if (finished) unsubscribe();

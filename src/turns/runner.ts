@@ -39,6 +39,13 @@ import { IdleWatchdog, pausingWatchdog } from './watchdog.js';
 
 export type { TurnPlan } from './plan.js';
 
+/**
+ * How long after a turn's end its stream may still lack its last event before readers stop
+ * waiting: the last event is stored within milliseconds of the end (StreamHub's finalFlushMs and
+ * a flush), so seconds leave room for a slow database without keeping readers a lease's length.
+ */
+const ORPHANED_AFTER_S = 5;
+
 export interface TurnSettings {
   /** How long a turn's lease lasts without renewal (it is renewed every third of it). */
   leaseMs: number;
@@ -158,6 +165,37 @@ export class TurnRunner {
     if (turn.status === 'expired') return true;
     if (turn.status !== 'running') return false;
     return turn.expired || (database.kind === 'pglite' && turn.inherited);
+  }
+
+  /**
+   * Whether a reader of the turn's stream should stop waiting for its publisher (StreamHub asks
+   * only while the stream lacks its last event): the turn is dead (isDead), or it ended more than
+   * ORPHANED_AFTER_S ago. The second is a process that stopped between writing the turn's end and
+   * storing its last event (the hub stores a final event up to `finalFlushMs` later to share a
+   * write); its readers end with the recorded reply (recordedReply) instead of waiting for the
+   * stream's liveness to lapse.
+   */
+  async isOrphaned(turnId: number): Promise<boolean> {
+    if (this.running.has(turnId)) return false;
+    if (await this.isDead(turnId)) return true;
+    const { rows } = await this.deps.database.query<{ stale: boolean }>(
+      `select finished_at < now() - make_interval(secs => ${ORPHANED_AFTER_S}) as stale from chat_turns where id = $1`,
+      [turnId],
+    );
+    return rows[0]?.stale === true;
+  }
+
+  /** The reply of a turn that ended with one (completed or cancelled); null otherwise. */
+  async recordedReply(turnId: number): Promise<MessageView | null> {
+    const { database } = this.deps;
+    const { rows } = await database.query<{ message_id: number | null }>(
+      `select assistant_message_id as message_id from chat_turns where id = $1 and status in ('completed', 'cancelled')`,
+      [turnId],
+    );
+    const messageId = rows[0]?.message_id;
+    if (messageId === undefined || messageId === null) return null;
+    const message = await messageView(database.db, messageId);
+    return message.status === 'failed' ? null : message;
   }
 
   /** Stops a turn running in this process (its partial reply is kept); false when it runs elsewhere. */

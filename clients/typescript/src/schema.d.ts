@@ -85,7 +85,7 @@ export interface paths {
         };
         /**
          * Reattach to the chat's turn stream
-         * @description Streams the chat's turn in progress, or its last one for 10 minutes after it ended: from its first event, or after the `Last-Event-ID` header or `?after=`, then live until `done` or `error`. Works from any server process, also for a turn waiting for tool approvals (its stream stays open until the decision). A turn whose server stopped before its end (its lease ran out, or it is known dead) ends with an `error` event (code 500, the turn was interrupted) after its stored events. 204 when there is nothing to attach to (no turn, or every event already received).
+         * @description Streams the chat's turn in progress, or its last one for 10 minutes after it ended: from its first event, or after the `Last-Event-ID` header or `?after=`, then live until `done` or `error`. Works from any server process, also for a turn waiting for tool approvals (its stream stays open until the decision). A turn whose server stopped before its end (its lease ran out, or it is known dead) ends with an `error` event (code 500, the turn was interrupted) after its stored events; one that had written its reply but not yet stored its `done` ends with `done` carrying that reply. 204 when there is nothing to attach to (no turn, or every event already received).
          */
         get: operations["streamChat"];
         put?: never;

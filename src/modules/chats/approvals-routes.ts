@@ -13,7 +13,7 @@ import { type TurnStopDeps, watchTurnStops } from '../../turns/turn-stops.js';
 import { decideApproval } from './approvals.js';
 import { MessageCreated } from './schemas.js';
 import { findChat } from './service.js';
-import { lostTurnEvent, reattachRepeat, relayTurn, replyTimeoutMessage, STREAM_NOTE } from './turn-http.js';
+import { reattachRepeat, relayTurn, replyTimeoutMessage, STREAM_NOTE } from './turn-http.js';
 
 const tags = ['Chats'];
 
@@ -81,9 +81,7 @@ export async function approvalRoutes(parent: FastifyInstance): Promise<void> {
         await setIdempotentStream(request, turnStreamKey(decided.turnId)).catch((err) =>
           request.log.error({ err }, 'could not record the stream of an idempotent request'),
         );
-        await relayTurn(new SseStream(reply), deps, decided.turnId, state?.lastSeq ?? 0, {
-          lostEvent: () => lostTurnEvent(),
-        });
+        await relayTurn(new SseStream(reply), deps, decided.turnId, state?.lastSeq ?? 0, {});
         return reply;
       }
       const watch = watchTurnStops(turnStops(deps), decided);

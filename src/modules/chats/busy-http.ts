@@ -13,7 +13,7 @@ import type { StartedTurn, TurnOutcome } from '../../turns/runner.js';
 import { type TurnStopWatch, untilPaused, watchPauses } from '../../turns/turn-stops.js';
 import { turnStops } from './approvals-routes.js';
 import type { MessageView } from './schemas.js';
-import { lostTurnEvent, relayTurn, replyTimeoutMessage, streamTurn } from './turn-http.js';
+import { relayTurn, replyTimeoutMessage, streamTurn } from './turn-http.js';
 
 type Deps = Pick<AppDeps, 'streams' | 'turns' | 'chatQueue' | 'config' | 'database'>;
 
@@ -123,7 +123,7 @@ export async function sendWhenBusy(
   const recorded = setIdempotentStream(request, turnStreamKey(fate.turnId)).catch((err) =>
     reply.log.error({ err }, 'could not record the stream of an idempotent request'),
   );
-  await relayTurn(sse, deps, fate.turnId, 0, { lostEvent: () => lostTurnEvent() });
+  await relayTurn(sse, deps, fate.turnId, 0, {});
   await recorded;
   return undefined;
 }

@@ -11,7 +11,7 @@ import { turnStreamKey } from '../../turns/events.js';
 import { attachableTurn, REATTACH_WINDOW_MINUTES } from '../../turns/reattach.js';
 import { MessageCreated } from './schemas.js';
 import { findChat } from './service.js';
-import { lostTurnEvent, relayTurn } from './turn-http.js';
+import { relayTurn } from './turn-http.js';
 
 const tags = ['Chats'];
 
@@ -54,7 +54,7 @@ export async function streamRoutes(parent: FastifyInstance): Promise<void> {
         operationId: 'streamChat',
         tags,
         summary: "Reattach to the chat's turn stream",
-        description: `Streams the chat's turn in progress, or its last one for ${REATTACH_WINDOW_MINUTES} minutes after it ended: from its first event, or after the \`Last-Event-ID\` header or \`?after=\`, then live until \`done\` or \`error\`. Works from any server process, also for a turn waiting for tool approvals (its stream stays open until the decision). A turn whose server stopped before its end (its lease ran out, or it is known dead) ends with an \`error\` event (code 500, the turn was interrupted) after its stored events. 204 when there is nothing to attach to (no turn, or every event already received).`,
+        description: `Streams the chat's turn in progress, or its last one for ${REATTACH_WINDOW_MINUTES} minutes after it ended: from its first event, or after the \`Last-Event-ID\` header or \`?after=\`, then live until \`done\` or \`error\`. Works from any server process, also for a turn waiting for tool approvals (its stream stays open until the decision). A turn whose server stopped before its end (its lease ran out, or it is known dead) ends with an \`error\` event (code 500, the turn was interrupted) after its stored events; one that had written its reply but not yet stored its \`done\` ends with \`done\` carrying that reply. 204 when there is nothing to attach to (no turn, or every event already received).`,
         params: IdParams,
         querystring: StreamQuery,
         response: {
@@ -79,9 +79,7 @@ export async function streamRoutes(parent: FastifyInstance): Promise<void> {
         reply.status(204).send(null);
         return reply;
       }
-      await relayTurn(new SseStream(reply), app.deps, turn.id, after, {
-        lostEvent: () => lostTurnEvent(),
-      });
+      await relayTurn(new SseStream(reply), app.deps, turn.id, after, {});
       return reply;
     },
   );

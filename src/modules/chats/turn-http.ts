@@ -4,9 +4,9 @@ import type { AppDeps } from '../../core/deps.js';
 import { ApiError, toApiError } from '../../http/errors.js';
 import { releaseIdempotencyKey, setIdempotentStream } from '../../http/idempotency.js';
 import { SseStream } from '../../http/sse.js';
-import { ChatStreamEvents, chatError, eventList, type TurnEvent } from '../../streams/protocol.js';
+import { ChatStreamEvents, chatDone, chatError, eventList, type TurnEvent } from '../../streams/protocol.js';
 import { StreamPublisher } from '../../streams/publisher.js';
-import { type RelayOptions, relayStream } from '../../streams/sse-relay.js';
+import { relayStream } from '../../streams/sse-relay.js';
 import type { StreamHub } from '../../streams/stream-hub.js';
 import { turnIdOfStreamKey, turnStreamKey } from '../../turns/events.js';
 import { TURN_INTERRUPTED_MESSAGE } from '../../turns/failure.js';
@@ -18,27 +18,33 @@ import type { ChatView, MessageView } from './schemas.js';
 export const STREAM_NOTE = `With \`stream: true\` the answer is HTTP 200 \`text/event-stream\` with the events ${eventList(ChatStreamEvents)} (spec 6.1), each with an \`id:\` line (its sequence number in the turn). A repeat with the same \`Idempotency-Key\` and body reattaches to the same stream from its start.`;
 
 /** The `error` event of a turn whose process stopped before its end (spec 6.1 shape). */
-export const lostTurnEvent = (chat?: ChatView) => chatError(TURN_INTERRUPTED_MESSAGE, 500, chat);
+const lostTurnEvent = (chat?: ChatView) => chatError(TURN_INTERRUPTED_MESSAGE, 500, chat);
 
 /**
  * Relays a turn's events after `afterSeq`, each with its `seq` as the SSE `id:`: the one adapter
- * between a turn and its client. A reader in another process ends with `lostEvent` as soon as the
- * turn is known dead (TurnRunner.isDead), not only when its stream's liveness lapses.
+ * between a turn and its client. A reader in another process stops waiting as soon as the turn is
+ * known dead or its stream orphaned (TurnRunner.isOrphaned), not only when its stream's liveness
+ * lapses, and ends with `done` carrying the recorded reply when the turn ended with one (its
+ * process stopped just before storing that event), else with the lost turn's `error`.
  */
 export function relayTurn(
   sse: SseStream,
   deps: Pick<AppDeps, 'streams' | 'turns'>,
   turnId: number,
   afterSeq: number,
-  options: Omit<RelayOptions, 'afterSeq'>,
+  options: { announceChat?: ChatView },
 ): Promise<void> {
+  const lostEvent = async (): Promise<TurnEvent> => {
+    const reply = await deps.turns.recordedReply(turnId).catch(() => null);
+    return reply ? chatDone(reply, options.announceChat) : lostTurnEvent(options.announceChat);
+  };
   return relayStream(
     sse,
     (listener) =>
       deps.streams.subscribe(turnStreamKey(turnId), afterSeq, listener, {
-        abandoned: () => deps.turns.isDead(turnId),
+        abandoned: () => deps.turns.isOrphaned(turnId),
       }),
-    { ...options, afterSeq },
+    { lostEvent, afterSeq },
   );
 }
 
@@ -86,7 +92,7 @@ export async function streamTurn(
   );
   // No reply timeout: a stream stays open until `done` or `error` however long the turn runs (spec
   // 4.1 and 7.1 limit non-streaming requests only); the turn's idle watchdog ends a silent model.
-  await relayTurn(sse, deps, turn.turnId, 0, { lostEvent: () => lostTurnEvent(options.announceChat) });
+  await relayTurn(sse, deps, turn.turnId, 0, { announceChat: options.announceChat });
   await recorded;
 }
 
@@ -127,13 +133,12 @@ export async function reattachStream(
   const chat = announceChat ? await announceChat() : undefined;
   const sse = new SseStream(reply);
   const turnId = turnIdOfStreamKey(ref);
-  const lostEvent = () => lostTurnEvent(chat);
   if (turnId !== null) {
-    await relayTurn(sse, deps, turnId, after, { lostEvent });
+    await relayTurn(sse, deps, turnId, after, { announceChat: chat });
     return;
   }
   await relayStream(sse, (listener) => deps.streams.subscribe(ref, after, listener), {
-    lostEvent,
+    lostEvent: () => lostTurnEvent(chat),
     afterSeq: after,
   });
 }
