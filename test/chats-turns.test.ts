@@ -683,7 +683,12 @@ describe('chat turns against a model server', () => {
     it('409 from another app instance while a turn runs, kept past the lease length by renewal', async () => {
       const org = await orgWithFakeModel(t);
       const chat = await newChat(t, org);
-      server.enqueue({ text: 'Slow answer', firstTokenDelayMs: 1400 });
+      // The model answers only when released: the checks below run while the turn certainly runs.
+      let release = () => {};
+      const held = new Promise<void>((resolve) => {
+        release = resolve;
+      });
+      server.enqueue({ text: 'Slow answer', holdUntil: held });
       const first = call(t, 'POST', `/api/v2/chats/${chat.id}/messages`, {
         key: org.orgKey,
         body: { content: 'One' },
@@ -712,6 +717,7 @@ describe('chat turns against a model server', () => {
         'turn_in_progress',
       );
 
+      release();
       expectStatus(await first, 200);
       server.enqueue({ text: 'Now' });
       const after = await call(sibling.api, 'POST', `/api/v2/chats/${chat.id}/messages`, {

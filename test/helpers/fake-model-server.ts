@@ -38,6 +38,12 @@ export interface ScriptedReply {
   firstTokenDelayMs?: number;
   /** Delay between SSE events. */
   chunkDelayMs?: number;
+  /**
+   * Holds the first SSE event (streaming) or the whole response until this settles, after
+   * `firstTokenDelayMs`: a test that needs a turn running while it acts releases it when done,
+   * instead of betting on a delay that a loaded machine can outlast.
+   */
+  holdUntil?: Promise<unknown>;
   /** Read the request and never answer, until the client gives up or the server closes. */
   hang?: boolean;
   /** Streaming: send this many SSE events, then destroy the socket. Non-streaming: destroy without answering. */
@@ -244,6 +250,7 @@ async function preamble(
   if (reply.hang) return true;
   if (!streaming || (reply.status ?? 200) >= 400) {
     await sleep(core, reply.firstTokenDelayMs);
+    await reply.holdUntil;
   }
   if (isGone(core, res)) return true;
   if (!streaming && reply.failAfterChunks !== undefined) {
@@ -631,6 +638,7 @@ async function streamEvents(
   res.flushHeaders();
   for (let i = 0; i < events.length; i++) {
     await sleep(core, i === 0 ? reply.firstTokenDelayMs : reply.chunkDelayMs);
+    if (i === 0) await reply.holdUntil;
     if (isGone(core, res)) return;
     if (reply.failAfterChunks !== undefined && i >= reply.failAfterChunks) {
       await dropConnection(core, res, reply);
