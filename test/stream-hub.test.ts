@@ -89,7 +89,7 @@ describe('the stream hub', () => {
     publisher.open(a);
     publisher.open(b);
     await publisher.flush();
-    const spy = vi.spyOn(testDb.database, 'query');
+    const spy = vi.spyOn(testDb.database, 'prepared');
     try {
       const reader = collect(publisher, a);
       await publisher.publish(a, 1, 'content', { content: 'x' });
@@ -109,7 +109,7 @@ describe('the stream hub', () => {
         { key: b, seq: 1 },
       ]);
       await endB;
-      const writes = spy.mock.calls.filter(([text]) => String(text).includes('insert into stream_events'));
+      const writes = spy.mock.calls.filter(([, text]) => String(text).includes('insert into stream_events'));
       expect(writes).toHaveLength(1);
     } finally {
       spy.mockRestore();
@@ -169,6 +169,31 @@ describe('the stream hub', () => {
     expect(past.events).toEqual([]);
     expect(past.ended()).toBe('ended');
     expect(await remote.describe(key)).toEqual({ lastSeq: 6, ended: true });
+  });
+
+  it("writes a live stream's head only when it opens; other processes still see how far it got", async () => {
+    const publisher = hub(testDb.database, { flushMs: 5 });
+    const remote = hub(other, { pollMs: 60_000 });
+    const key = `test:head-${Math.random()}`;
+    publisher.open(key);
+    await publisher.flush();
+    for (let seq = 1; seq <= 4; seq++) {
+      await publisher.publish(key, seq, 'content', { content: `c${seq}` });
+      await publisher.flush();
+    }
+    // Four batches of events, one head write (the open): the row says 0, the stream is at 4.
+    const [head] = await testDb.database.db.select().from(eventStreams).where(eq(eventStreams.key, key));
+    expect(head?.lastSeq).toBe(0);
+    expect(await remote.describe(key)).toEqual({ lastSeq: 4, ended: false });
+    // A reader starting from the middle gets the rest from its first check, not from a NOTIFY.
+    const reader = collect(remote, key, 2);
+    await until(() => reader.events.length === 2);
+    expect(reader.events.map((e) => e.seq)).toEqual([3, 4]);
+    await publisher.publish(key, 5, 'done', {});
+    const [ended] = await testDb.database.db.select().from(eventStreams).where(eq(eventStreams.key, key));
+    expect(ended?.lastSeq).toBe(5);
+    expect(ended?.endedAt).not.toBeNull();
+    expect(await remote.describe(key)).toEqual({ lastSeq: 5, ended: true });
   });
 
   it('a stream whose publisher stopped renewing it is reported lost after its last stored event', async () => {

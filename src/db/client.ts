@@ -33,6 +33,15 @@ export interface Database {
   openedAt: string;
   /** Parameterised SQL outside Drizzle (job queue adapter, LISTEN/NOTIFY, health). */
   query<T = Record<string, unknown>>(text: string, params?: unknown[]): Promise<RawResult<T>>;
+  /**
+   * `query` for a statement run on every turn or flush: on PostgreSQL a named statement, so each
+   * connection parses it once and keeps a generic plan after its first executions instead of
+   * planning it every time (issue 14: planning the turn's finishing statement cost PostgreSQL as
+   * much as running it). `name` must be unique to `text`. Its result columns must be listed, not
+   * `*`: a prepared statement whose result's columns change (a migration by a newer process)
+   * fails until the connection closes.
+   */
+  prepared<T = Record<string, unknown>>(name: string, text: string, params: unknown[]): Promise<RawResult<T>>;
   /** Multi-statement SQL without parameters. */
   exec(text: string): Promise<void>;
   pglite: PGlite | null;
@@ -148,6 +157,11 @@ async function openPglite(client: PGlite, unlock: () => void): Promise<Database>
       const result = await client.query<T>(text, params as any[], { parsers: PGLITE_PARSERS });
       return { rows: result.rows };
     },
+    // PGlite has no named statements over its query API.
+    async prepared<T>(_name: string, text: string, params: unknown[]) {
+      const result = await client.query<T>(text, params as any[], { parsers: PGLITE_PARSERS });
+      return { rows: result.rows };
+    },
     async exec(text: string) {
       await client.exec(text);
     },
@@ -211,6 +225,10 @@ async function openPostgres(url: string, poolSize: number): Promise<Database> {
     turnPool,
     async query<T>(text: string, params?: unknown[]) {
       const result = await pool.query(text, params as any[]);
+      return { rows: result.rows as T[] };
+    },
+    async prepared<T>(name: string, text: string, params: unknown[]) {
+      const result = await pool.query({ name, text, values: params });
       return { rows: result.rows as T[] };
     },
     async exec(text: string) {

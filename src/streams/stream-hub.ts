@@ -113,10 +113,10 @@ interface PendingEvent {
  * Where streams are published and read, in any process sharing the database.
  *
  * The publishing process fans events out to its own subscribers at once, in memory, and writes
- * them to `stream_events` in batches (one multi-row INSERT, one head upsert and one NOTIFY per
- * flush, at most every `flushMs`; a stream's last event within `finalFlushMs`). Readers in other
- * processes (or after this process forgot a finished stream) read the table after their last
- * `seq` when notified, and on a short poll as a fallback. So a reconnecting client can be served
+ * them to `stream_events` in batches (one multi-row INSERT and one NOTIFY per flush, at most every
+ * `flushMs`; a stream's last event within `finalFlushMs`; its head row when it opens, ends and is
+ * kept alive). Readers in other processes (or after this process forgot a finished stream) read
+ * the table after their last `seq` when notified, and on a short poll as a fallback. So a reconnecting client can be served
  * by any process, with no gap or duplicate, and nothing beyond the database is needed.
  */
 export class StreamHub {
@@ -238,10 +238,7 @@ export class StreamHub {
   async describe(key: string): Promise<StreamState | null> {
     const stream = this.local.get(key);
     if (stream) return { lastSeq: stream.events.at(-1)?.seq ?? 0, ended: stream.ended };
-    const { rows } = await this.database.query<{ last_seq: number; ended: boolean }>(
-      'select last_seq, ended_at is not null as ended from event_streams where key = $1',
-      [key],
-    );
+    const { rows } = await this.database.query<{ last_seq: number; ended: boolean }>(HEAD_SQL, [key]);
     return rows[0] ? { lastSeq: Number(rows[0].last_seq), ended: rows[0].ended } : null;
   }
 
@@ -408,11 +405,18 @@ export class StreamHub {
         final: (head?.final ?? false) || event.final,
       });
     }
+    // A head row is written when its stream opens, ends or is kept alive, not with every batch of
+    // its events: readers take the stream's last seq from the events themselves (HEAD_SQL), and
+    // rewriting every open stream's head per flush was most of the flush's cost (docs/decisions.md,
+    // "Stream heads written on open, end and keep-alive").
+    const written: { k: string; s: number; f: boolean }[] = [];
+    for (const [k, head] of last)
+      if (head.final || heads.has(k)) written.push({ k, s: head.seq, f: head.final });
     const notices = batch.length === 0 ? [] : notifyPayloads(last);
     try {
-      await this.database.query(WRITE_BATCH_SQL, [
+      await this.database.prepared('stream_events_write', WRITE_BATCH_SQL, [
         batchJson(batch),
-        JSON.stringify([...last].map(([k, head]) => ({ k, s: head.seq, f: head.final }))),
+        JSON.stringify(written),
         this.options.aliveMs / 1000,
         EVENTS_CHANNEL,
         JSON.stringify(notices),
@@ -462,6 +466,16 @@ with ins as (
     ended_at = coalesce(event_streams.ended_at, excluded.ended_at)
 )
 select pg_notify($4, p) from jsonb_array_elements_text($5::jsonb) as p`;
+
+/**
+ * A stream's head: how far it got, whether it ended, whether its publisher stopped vouching for
+ * it. `last_seq` of the row is only as recent as the stream's last head write (open, keep-alive,
+ * end), so the stored events' highest seq (the primary key's last entry) completes it.
+ */
+const HEAD_SQL = `
+select greatest(h.last_seq, coalesce((select max(e.seq) from stream_events e where e.stream_key = h.key), 0)) as last_seq,
+  h.ended_at is not null as ended, h.alive_until < now() as dead
+from event_streams h where h.key = $1`;
 
 /** One event after a dead publisher's stored ones, the head marked ended, and the NOTIFY. */
 const END_ABANDONED_SQL = `
@@ -626,7 +640,7 @@ class RemoteSubscription {
     if (this.stopped) return;
     try {
       const { rows } = await this.hub.database.query<{ last_seq: number; ended: boolean; dead: boolean }>(
-        'select last_seq, ended_at is not null as ended, alive_until < now() as dead from event_streams where key = $1',
+        HEAD_SQL,
         [this.key],
       );
       const head = rows[0];

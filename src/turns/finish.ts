@@ -1,4 +1,4 @@
-import { eq, sql } from 'drizzle-orm';
+import { eq, getTableColumns, sql } from 'drizzle-orm';
 import { type Database, type Queryable, rowOf } from '../db/client.js';
 import { chatMessages, type MessageRow } from '../db/schema/index.js';
 import { chargeUsage, costOf, type Usage } from '../modules/credits/service.js';
@@ -124,7 +124,7 @@ export async function finishTurnAtOnce(
     },
     { ...usage, credits },
   );
-  const { rows } = await database.query<Record<string, unknown>>(FINISH_TURN_SQL, [
+  const { rows } = await database.prepared<Record<string, unknown>>('turn_finish', FINISH_TURN_SQL, [
     outcome.turnId,
     end.kind,
     charge.organizationId,
@@ -149,6 +149,11 @@ export async function finishTurnAtOnce(
   return rows[0] ? rowOf(chatMessages, rows[0]) : null;
 }
 
+/** chat_messages' columns, listed: the statement is prepared (Database.prepared). */
+const MESSAGE_COLUMNS = Object.values(getTableColumns(chatMessages))
+  .map((c) => `"${c.name}"`)
+  .join(', ');
+
 const FINISH_TURN_SQL = `
 with released as (
   update chat_turns set status = $2::text, finished_at = now()
@@ -169,7 +174,7 @@ with released as (
     status = $2::text, error = null, input_tokens = $8::int, output_tokens = $9::int,
     credits = $11::numeric, created_at = now(), completed_at = now()
   where id = $17::int and exists (select 1 from released)
-  returning *
+  returning ${MESSAGE_COLUMNS}
 ), event as (
   insert into webhook_events (organization_id, project_id, event_name, event_data)
   select $3::int, $18::int, $19::text, $20::jsonb from released

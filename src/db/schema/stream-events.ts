@@ -10,7 +10,10 @@ export const eventStreams = pgTable(
   'event_streams',
   {
     key: text('key').primaryKey(),
-    /** The highest `seq` stored in `stream_events`. */
+    /**
+     * The highest `seq` stored in `stream_events` when the head was last written (the stream opened,
+     * was kept alive, or ended: exact from then on); readers take the stored events' own highest too.
+     */
     lastSeq: integer('last_seq').notNull().default(0),
     /** Renewed while the stream is open; a stream past it without `ended_at` was abandoned. */
     aliveUntil: tstz('alive_until').notNull(),
