@@ -39,7 +39,8 @@ export interface Database {
    * planning it every time (issue 14: planning the turn's finishing statement cost PostgreSQL as
    * much as running it). `name` must be unique to `text`. Its result columns must be listed, not
    * `*`: a prepared statement whose result's columns change (a migration by a newer process)
-   * fails until the connection closes.
+   * fails until the connection closes. (modules/chats/prepared.ts also prepares on PGlite, for
+   * statements whose parameters are all integers.)
    */
   prepared<T = Record<string, unknown>>(name: string, text: string, params: unknown[]): Promise<RawResult<T>>;
   /** Multi-statement SQL without parameters. */

@@ -21,10 +21,7 @@ export async function preparedRow<T>(
   statement: { name: string; types: string[]; text: string },
   params: (number | boolean | null)[],
 ): Promise<T | undefined> {
-  if (database.pool) {
-    const result = await database.pool.query({ name: statement.name, text: statement.text, values: params });
-    return result.rows[0] as T | undefined;
-  }
+  if (database.pool) return (await database.prepared<T>(statement.name, statement.text, params)).rows[0];
   const session = database.pglite ?? database;
   let statements = preparedOn.get(session);
   if (!statements) {
