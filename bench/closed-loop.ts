@@ -15,9 +15,12 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import {
   bootstrap,
+  type DatabaseSample,
+  databaseDelta,
   pinSelf,
   prepareDatabase,
   ROOT,
+  sampleDatabase,
   serviceEnv,
   startFakeModel,
   startService,
@@ -144,6 +147,8 @@ interface LevelFigures {
     cpu_ms_per_reply: number;
     /** The service tree's CPU during the phase, % of one core: how much of core 1 it actually got. */
     cpu_percent: number;
+    /** PostgreSQL's backends for the run's database per reply (not in the service's tree); null on PGlite. */
+    postgres_cpu_ms_per_reply: number | null;
     rss_max_mb: number;
     /** The measured phase on CLOCK_MONOTONIC (µs), as in a .cpuprofile: see bench/profile-summary.ts. */
     window_monotonic_us: [number, number];
@@ -159,10 +164,13 @@ async function measurePhase(
   concurrency: number,
   fakePid: number,
   servicePid: number | null,
+  databaseName: string | null = null,
 ): Promise<{
   figures: PhaseFigures;
   result: LoopResult;
   cpuMs: number;
+  /** CPU of the run database's PostgreSQL backends in the measured phase; null on PGlite or direct. */
+  postgresCpuMs: number | null;
   rssMaxMb: number;
   window: [number, number];
 }> {
@@ -175,6 +183,10 @@ async function measurePhase(
   let sampler: NodeJS.Timeout | undefined;
   const window: [number, number] = [0, 0];
   const figures = { cpuMs: 0, corePct: [] as number[], ownPct: 0, fakePct: 0 };
+  // PostgreSQL's backends, sampled at the phase's ends (their pids are read with one query: the
+  // few milliseconds it takes are nothing against 20 s).
+  let databaseBefore: Promise<DatabaseSample | null> = Promise.resolve(null);
+  let databaseAfter: Promise<DatabaseSample | null> = Promise.resolve(null);
   const result = await runClosedLoop(
     target,
     { ...SETTINGS, concurrency },
@@ -184,6 +196,7 @@ async function measurePhase(
         cores = coreTicks();
         ownCpu = process.cpuUsage();
         fakeCpu = treeCpuMs([fakePid]);
+        databaseBefore = sampleDatabase(databaseName);
         if (servicePid !== null) {
           tree = processTree(servicePid);
           serviceCpu = treeCpuMs(tree);
@@ -196,6 +209,7 @@ async function measurePhase(
       },
       onMeasureEnd() {
         window[1] = monotonicUs();
+        databaseAfter = sampleDatabase(databaseName);
         if (servicePid !== null) {
           clearInterval(sampler);
           tree = processTree(servicePid);
@@ -211,6 +225,7 @@ async function measurePhase(
     },
   );
   const seconds = (result.windowEnd - result.windowStart) / 1000;
+  const database = databaseDelta(await databaseBefore, await databaseAfter);
   return {
     figures: {
       ttft_ms: { p50: round(percentile(result.ttftMs, 50)), p99: round(percentile(result.ttftMs, 99)) },
@@ -225,6 +240,7 @@ async function measurePhase(
     },
     result,
     cpuMs: figures.cpuMs,
+    postgresCpuMs: database?.backendCpuMs ?? null,
     rssMaxMb: rssMax,
     window,
   };
@@ -238,6 +254,7 @@ async function measureLevel(
   projectId: number,
   fakePid: number,
   servicePid: number,
+  databaseName: string | null,
 ): Promise<LevelFigures> {
   const direct: LoopTarget = {
     name: 'direct',
@@ -268,7 +285,7 @@ async function measureLevel(
   log(`C=${concurrency}: direct...`);
   const d = await measurePhase(direct, concurrency, fakePid, null);
   log(`C=${concurrency}: service...`);
-  const s = await measurePhase(service, concurrency, fakePid, servicePid);
+  const s = await measurePhase(service, concurrency, fakePid, servicePid, databaseName);
   return {
     concurrency,
     direct: d.figures,
@@ -276,6 +293,8 @@ async function measureLevel(
       ...s.figures,
       cpu_ms_per_reply: s.result.replies > 0 ? round(s.cpuMs / s.result.replies) : Number.NaN,
       cpu_percent: round((s.cpuMs / (s.result.windowEnd - s.result.windowStart)) * 100),
+      postgres_cpu_ms_per_reply:
+        s.postgresCpuMs !== null && s.result.replies > 0 ? round(s.postgresCpuMs / s.result.replies) : null,
       rss_max_mb: Math.round(s.rssMaxMb),
       window_monotonic_us: s.window,
     },
@@ -338,15 +357,15 @@ function table(levels: LevelFigures[]): string {
 
 function conditions(levels: LevelFigures[]): string {
   const rows = [
-    '| C | direct: core 0 / core 1 busy % | direct: generator / fake model CPU % | service: core 0 / core 1 busy % | service: generator / fake model / service CPU % | service drain ms | service errors by kind (all runs) |',
-    '|---|---|---|---|---|---|---|',
+    '| C | direct: core 0 / core 1 busy % | direct: generator / fake model CPU % | service: core 0 / core 1 busy % | service: generator / fake model / service CPU % | PostgreSQL CPU-ms/reply | service drain ms | service errors by kind (all runs) |',
+    '|---|---|---|---|---|---|---|---|',
   ];
   for (const l of levels) {
     const kinds = Object.entries(l.service.error_kinds)
       .map(([k, n]) => `${k}: ${n}`)
       .join(', ');
     rows.push(
-      `| ${l.concurrency} | ${l.direct.core_busy_percent.slice(0, 2).join(' / ')} | ${l.direct.generator_cpu_percent} / ${l.direct.fake_model_cpu_percent} | ${l.service.core_busy_percent.slice(0, 2).join(' / ')} | ${l.service.generator_cpu_percent} / ${l.service.fake_model_cpu_percent} / ${l.service.cpu_percent} | ${l.service.drain_ms} | ${kinds || '–'} |`,
+      `| ${l.concurrency} | ${l.direct.core_busy_percent.slice(0, 2).join(' / ')} | ${l.direct.generator_cpu_percent} / ${l.direct.fake_model_cpu_percent} | ${l.service.core_busy_percent.slice(0, 2).join(' / ')} | ${l.service.generator_cpu_percent} / ${l.service.fake_model_cpu_percent} / ${l.service.cpu_percent} | ${l.service.postgres_cpu_ms_per_reply ?? '–'} | ${l.service.drain_ms} | ${kinds || '–'} |`,
     );
   }
   return rows.join('\n');
@@ -377,6 +396,7 @@ async function main() {
           keys.project_id,
           fake.child.pid!,
           service.pid!,
+          db.name,
         );
         runs[i].push(figures);
         log(table([figures]));
