@@ -116,8 +116,9 @@ interface PendingEvent {
  * them to `stream_events` in batches (one multi-row INSERT and one NOTIFY per flush, at most every
  * `flushMs`; a stream's last event within `finalFlushMs`; its head row when it opens, ends and is
  * kept alive). Readers in other processes (or after this process forgot a finished stream) read
- * the table after their last `seq` when notified, and on a short poll as a fallback. So a reconnecting client can be served
- * by any process, with no gap or duplicate, and nothing beyond the database is needed.
+ * the table after their last `seq` when notified, and on a short poll as a fallback. So a
+ * reconnecting client can be served by any process, with no gap or duplicate, and nothing beyond
+ * the database is needed.
  */
 export class StreamHub {
   readonly notifier: Notifier;
