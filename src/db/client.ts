@@ -1,13 +1,10 @@
 import { mkdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { PGlite, types as pgliteTypes } from '@electric-sql/pglite';
-import { vector } from '@electric-sql/pglite-pgvector';
+import type { PGlite } from '@electric-sql/pglite';
 import { type Column, getTableColumns, sql, type Table } from 'drizzle-orm';
 import { drizzle as drizzlePg } from 'drizzle-orm/node-postgres';
 import { migrate as migratePg } from 'drizzle-orm/node-postgres/migrator';
 import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
-import { drizzle as drizzlePglite } from 'drizzle-orm/pglite';
-import { migrate as migratePglite } from 'drizzle-orm/pglite/migrator';
 import pg from 'pg';
 import { tracePglite } from '../telemetry/tracing.js';
 import { lockDataDir } from './data-dir-lock.js';
@@ -69,14 +66,17 @@ pg.types.setTypeParser(pg.types.builtins.INT8, (v) => Number(v));
 pg.types.setTypeParser(pg.types.builtins.NUMERIC, (v) => Number(v));
 
 const asText = (value: string) => value;
-/** `query` answers alike on both backends: the type parsers set for pg above, on PGlite. */
+/**
+ * `query` answers alike on both backends: the type parsers set for pg above, on PGlite (keyed by
+ * the same type OIDs, taken from pg so that PGlite is loaded only by a process that opens it).
+ */
 const PGLITE_PARSERS = {
-  [pgliteTypes.TIMESTAMPTZ]: asText,
-  [pgliteTypes.TIMESTAMP]: asText,
-  [pgliteTypes.DATE]: asText,
-  [pgliteTypes.INTERVAL]: asText,
-  [pgliteTypes.INT8]: (value: string) => Number(value),
-  [pgliteTypes.NUMERIC]: (value: string) => Number(value),
+  [pg.types.builtins.TIMESTAMPTZ]: asText,
+  [pg.types.builtins.TIMESTAMP]: asText,
+  [pg.types.builtins.DATE]: asText,
+  [pg.types.builtins.INTERVAL]: asText,
+  [pg.types.builtins.INT8]: (value: string) => Number(value),
+  [pg.types.builtins.NUMERIC]: (value: string) => Number(value),
 };
 
 /**
@@ -134,6 +134,12 @@ export async function openDatabase(options: OpenOptions): Promise<Database> {
   mkdirSync(options.dataDir, { recursive: true });
   const unlock = lockDataDir(options.dataDir);
   try {
+    // Loaded here, not at the top: a process on PostgreSQL never needs PGlite (about 8 MB of its
+    // resident memory with drizzle's PGlite driver and pgvector; bench/README.md, Session 9).
+    const [{ PGlite }, { vector }] = await Promise.all([
+      import('@electric-sql/pglite'),
+      import('@electric-sql/pglite-pgvector'),
+    ]);
     return await openPglite(new PGlite(options.dataDir, { extensions: { vector } }), unlock);
   } catch (err) {
     unlock();
@@ -145,6 +151,7 @@ async function openPglite(client: PGlite, unlock: () => void): Promise<Database>
   await client.waitReady;
   await client.exec(`SET TIME ZONE 'UTC'`);
   tracePglite(client as unknown as Parameters<typeof tracePglite>[0]);
+  const { drizzle: drizzlePglite } = await import('drizzle-orm/pglite');
   const db = drizzlePglite({ client, schema }) as unknown as Db;
   let closed = false;
   return {
@@ -261,6 +268,7 @@ async function openPostgres(url: string, poolSize: number): Promise<Database> {
 /** Applies the generated SQL migrations; on PostgreSQL under an advisory lock so processes can race. */
 export async function migrateDatabase(database: Database): Promise<void> {
   if (database.kind === 'pglite') {
+    const { migrate: migratePglite } = await import('drizzle-orm/pglite/migrator');
     await migratePglite(database.db as any, { migrationsFolder: MIGRATIONS });
     return;
   }

@@ -1,9 +1,4 @@
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js';
-import {
-  StreamableHTTPClientTransport,
-  StreamableHTTPError,
-} from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import { type CallToolResult, ErrorCode, McpError, type Tool } from '@modelcontextprotocol/sdk/types.js';
 import { checkOutboundUrl } from '../net/outbound.js';
@@ -75,6 +70,32 @@ interface Entry {
 }
 
 const CLIENT_INFO = { name: 'scriptorium', version: '1.0.0' };
+
+/**
+ * The MCP SDK's client and transports, loaded on the first connection: a process whose projects
+ * use no tool server never holds them (about 4 MB of resident memory; bench/README.md, Session 9).
+ */
+async function loadMcpClient() {
+  const [{ Client }, { SSEClientTransport }, { StreamableHTTPClientTransport, StreamableHTTPError }] =
+    await Promise.all([
+      import('@modelcontextprotocol/sdk/client/index.js'),
+      import('@modelcontextprotocol/sdk/client/sse.js'),
+      import('@modelcontextprotocol/sdk/client/streamableHttp.js'),
+    ]);
+  return { Client, SSEClientTransport, StreamableHTTPClientTransport, StreamableHTTPError };
+}
+let sdk: Promise<Awaited<ReturnType<typeof loadMcpClient>>> | null = null;
+/** Set once the SDK is loaded: no error of a connection can come before. */
+let StreamableHTTPError: Awaited<ReturnType<typeof loadMcpClient>>['StreamableHTTPError'] | null = null;
+const mcpClient = () => {
+  sdk ??= loadMcpClient().then((loaded) => {
+    StreamableHTTPError = loaded.StreamableHTTPError;
+    return loaded;
+  });
+  return sdk;
+};
+const isStreamableHttpError = (error: unknown): error is { code?: number } =>
+  StreamableHTTPError !== null && error instanceof StreamableHTTPError;
 const MAX_TOOL_PAGES = 20;
 
 /**
@@ -174,7 +195,7 @@ export class McpPool {
       return await work(connection);
     } catch (error) {
       if (isTransportFailure(error)) await this.drop(connection);
-      if (!(error instanceof StreamableHTTPError && error.code === 404)) throw error;
+      if (!(isStreamableHttpError(error) && error.code === 404)) throw error;
       return work(await this.connectionFor(config, true));
     }
   }
@@ -226,6 +247,7 @@ export class McpPool {
       throw new McpUnavailableError(describeMcpError(error, secretsOf(config)));
     }
     const transportOptions = { fetch: this.guarded.fetch, requestInit: { headers: config.headers } };
+    const { SSEClientTransport, StreamableHTTPClientTransport } = await mcpClient();
     try {
       return await this.handshake(
         config,
@@ -234,8 +256,7 @@ export class McpPool {
       );
     } catch (error) {
       // 4xx to the initialize POST: a server of the older HTTP+SSE transport (spec "Backwards Compatibility").
-      const older =
-        error instanceof StreamableHTTPError && (error.code ?? 0) >= 400 && (error.code ?? 0) < 500;
+      const older = isStreamableHttpError(error) && (error.code ?? 0) >= 400 && (error.code ?? 0) < 500;
       if (!older) throw new McpUnavailableError(describeMcpError(error, secretsOf(config)));
       try {
         return await this.handshake(config, 'sse', new SSEClientTransport(url, transportOptions));
@@ -254,6 +275,7 @@ export class McpPool {
     transport: Transport,
   ): Promise<Connection> {
     let connection: Connection | null = null;
+    const { Client } = await mcpClient();
     const client = new Client(CLIENT_INFO, {
       listChanged: {
         tools: {
@@ -335,7 +357,7 @@ export const secretsOf = (config: McpServerConfig) => Object.values(config.heade
 
 /** Errors that say the connection itself is broken (not a tool's or the protocol's answer). */
 function isTransportFailure(error: unknown): boolean {
-  if (error instanceof StreamableHTTPError) return true;
+  if (isStreamableHttpError(error)) return true;
   if (error instanceof McpError) return error.code === ErrorCode.ConnectionClosed;
   const e = error as { name?: string; message?: string } | null;
   return e?.name === 'TypeError' || e?.message === 'Not connected';

@@ -1,6 +1,5 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from '@sinclair/typebox';
-import { renderNotFoundPage, renderSharePage, SHARE_PAGE_CSP } from './render.js';
 import { findSharedArtifact } from './service.js';
 
 const ShareParams = Type.Object({ share_token: Type.String() });
@@ -32,7 +31,12 @@ export const shareRoutes: FastifyPluginAsyncTypebox = async (app) => {
       },
     },
     async (request, reply) => {
-      const artifact = await findSharedArtifact(app.deps.database.db, request.params.share_token);
+      // The renderer (marked and sanitize-html, about 3 MB of resident memory) is loaded by the
+      // first share page a process serves, not by every process at start (bench/README.md, Session 9).
+      const [artifact, { renderNotFoundPage, renderSharePage, SHARE_PAGE_CSP }] = await Promise.all([
+        findSharedArtifact(app.deps.database.db, request.params.share_token),
+        import('./render.js'),
+      ]);
       reply
         .header('content-security-policy', SHARE_PAGE_CSP)
         .header('x-content-type-options', 'nosniff')
