@@ -9,6 +9,7 @@ import pg from 'pg';
 import { tracePglite } from '../telemetry/tracing.js';
 import { lockDataDir } from './data-dir-lock.js';
 import * as schema from './schema/index.js';
+import { shapedQuery } from './shaped-query.js';
 
 export type Db = PgDatabase<PgQueryResultHKT, typeof schema>;
 /** A transaction handle; services accept `Db | Tx` so callers decide the transaction. */
@@ -232,11 +233,11 @@ async function openPostgres(url: string, poolSize: number): Promise<Database> {
     pool,
     turnPool,
     async query<T>(text: string, params?: unknown[]) {
-      const result = await pool.query(text, params as any[]);
+      const result = await shapedQuery(pool, { text, values: params });
       return { rows: result.rows as T[] };
     },
     async prepared<T>(name: string, text: string, params: unknown[]) {
-      const result = await pool.query({ name, text, values: params });
+      const result = await shapedQuery(pool, { name, text, values: params });
       return { rows: result.rows as T[] };
     },
     async exec(text: string) {

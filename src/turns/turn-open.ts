@@ -3,6 +3,7 @@ import type pg from 'pg';
 import type { OrgPrincipal } from '../core/principal.js';
 import { type Database, rowOf } from '../db/client.js';
 import { type IntegrationRow, integrations, type SkillRow } from '../db/schema/index.js';
+import { shapedQuery } from '../db/shaped-query.js';
 import { integrationsOfProject } from '../modules/integrations/service.js';
 import type { HistoryMessage, TurnHistory } from './model-input.js';
 import { PLAN_SELECT, type PlanRows, planParams, planRowsOf } from './plan.js';
@@ -157,7 +158,7 @@ export async function openTurn(
   ];
   const pool = database.turnPool;
   const { rows } = pool
-    ? await pool.query<Record<string, unknown>>({ name: STATEMENT_NAME, text: OPEN_TURN_SQL, values })
+    ? await shapedQuery<Record<string, unknown>>(pool, { name: STATEMENT_NAME, text: OPEN_TURN_SQL, values })
     : await database.query<Record<string, unknown>>(OPEN_TURN_SQL, values);
   if (pool) warmConnections(pool);
   const raw = rows[0];
