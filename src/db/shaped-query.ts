@@ -19,9 +19,11 @@ interface QueryInternals {
   handleDataRow(msg: { fields: (string | null)[] }): void;
   /** Starts a new result after a finished one (a simple query of several statements). */
   _checkForMultirow(): void;
+  /** The statement's name: read when the query is sent (set after construction, see ShapedQuery). */
+  name: string | undefined;
   _result: { fields: FieldDescription[]; rows: Record<string, unknown>[] };
 }
-const PgQuery = pg.Query as unknown as new (config: pg.QueryConfig) => QueryInternals;
+const PgQuery = pg.Query as unknown as new (text: string, values: unknown[] | undefined) => QueryInternals;
 
 /** Shapes by statement name (named statements) or text; bounded by the service's own statements. */
 const shapes = new Map<string, Shape>();
@@ -64,12 +66,15 @@ function shapeOf(key: string, fields: FieldDescription[]): Shape | null {
  * C=500). Built here, a row is a plain object filled in the columns' order: under 10 µs. Rows
  * equal pg's: the same keys in the same order, the same type parsers (pg.types), null for NULL.
  */
-class ShapedQuery extends PgQuery {
+export class ShapedQuery extends PgQuery {
   private shape: Shape | null = null;
   private readonly key: string;
 
   constructor(config: pg.QueryConfig) {
-    super(config);
+    // Text and values, not the config object: pg copies a config object through its property
+    // descriptors (`cloneQueryConfig`, 0.8 % of the service's CPU at C=500), a string it wraps.
+    super(config.text, config.values);
+    this.name = config.name;
     this.key = config.name ?? config.text;
   }
 
