@@ -8,6 +8,8 @@
  *   npx tsx bench/pg-rows-micro.ts [calls=50000]
  */
 import pg from 'pg';
+// The service's type parsers (timestamps kept as text, int8 and numeric as numbers) are set here.
+import '../src/db/client.js';
 import { ShapedQuery } from '../src/db/shaped-query.js';
 
 interface Internals {

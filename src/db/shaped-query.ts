@@ -61,10 +61,11 @@ function shapeOf(key: string, fields: FieldDescription[]): Shape | null {
  * against every result's description, so a changed result is learnt again, never misread).
  *
  * pg's own `Result` learns the columns on every call (`addFields`): it builds a template object
- * in dictionary mode and spreads it into every row, which costs about 85 µs for `turn_open`'s
- * 60 columns and about 30 µs for 20 (bench/README.md, Session 9: 3 % of the service's CPU at
- * C=500). Built here, a row is a plain object filled in the columns' order: under 10 µs. Rows
- * equal pg's: the same keys in the same order, the same type parsers (pg.types), null for NULL.
+ * in dictionary mode and spreads it into every row: about 40 µs a call for `turn_open`'s 60
+ * columns, 11 to 16 µs for 20 (bench/pg-rows-micro.ts; 3 % of the service's CPU at C=500,
+ * bench/README.md Session 9). Built here, a row is a plain object filled in the columns' order:
+ * 4 to 6 µs and 1.5. Rows equal pg's: the same keys in the same order, the same type parsers
+ * (pg.types), null for NULL.
  */
 export class ShapedQuery extends PgQuery {
   private shape: Shape | null = null;
