@@ -84,18 +84,19 @@ async function loadMcpClient() {
     ]);
   return { Client, SSEClientTransport, StreamableHTTPClientTransport, StreamableHTTPError };
 }
-let sdk: Promise<Awaited<ReturnType<typeof loadMcpClient>>> | null = null;
-/** Set once the SDK is loaded: no error of a connection can come before. */
-let StreamableHTTPError: Awaited<ReturnType<typeof loadMcpClient>>['StreamableHTTPError'] | null = null;
+type McpClientModules = Awaited<ReturnType<typeof loadMcpClient>>;
+let loading: Promise<McpClientModules> | null = null;
+/** Set once loaded: a connection's errors can only come after. */
+let loaded: McpClientModules | null = null;
 const mcpClient = () => {
-  sdk ??= loadMcpClient().then((loaded) => {
-    StreamableHTTPError = loaded.StreamableHTTPError;
-    return loaded;
+  loading ??= loadMcpClient().then((modules) => {
+    loaded = modules;
+    return modules;
   });
-  return sdk;
+  return loading;
 };
 const isStreamableHttpError = (error: unknown): error is { code?: number } =>
-  StreamableHTTPError !== null && error instanceof StreamableHTTPError;
+  loaded !== null && error instanceof loaded.StreamableHTTPError;
 const MAX_TOOL_PAGES = 20;
 
 /**
