@@ -122,6 +122,7 @@ export async function createRoot(config: Config, options: RootOptions = {}): Pro
         ...options.turnSettings,
       },
       log,
+      countEarlyRequest: (outcome) => metrics.countEarlyRequest(outcome),
     });
     // Turns still running when the process stops are cancelled and recorded (the HTTP app gives
     // them the grace period first, see src/app.ts).

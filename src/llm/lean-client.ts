@@ -41,6 +41,31 @@ export type TurnStreamPart =
 export interface TurnModelStream {
   fullStream: AsyncIterable<TurnStreamPart>;
   totalUsage: PromiseLike<{ inputTokens: number | undefined; outputTokens: number | undefined }>;
+  /** The lean client's first request of the turn, once sent (llm/speculative-requests.ts builds on it). */
+  firstRequest?: SentRequest | null;
+}
+
+/**
+ * A request's JSON payload cut after its last message: `head` + `tail` is the payload; `head` ends
+ * inside the `messages` array (with `[` when it holds none), `tail` starts with its `]`.
+ */
+export interface SentRequest {
+  model: LeanModel;
+  head: string;
+  tail: string;
+  /** Messages in it, the system prompt not counted. */
+  count: number;
+}
+
+/**
+ * A request sent before the turn knew its payload (llm/speculative-requests.ts): the turn's first
+ * model call takes its response when the payload is the one it would send, and the request is
+ * dropped otherwise.
+ */
+export interface EarlyRequest {
+  take(model: LeanModel, payload: string, signal: AbortSignal): Promise<ModelResponse> | null;
+  /** Aborts the request unless it was taken. */
+  drop(): void;
 }
 
 /** Where and how a lean model call goes; built once per configuration (llm/model-cache.ts). */
@@ -65,6 +90,8 @@ export interface LeanStreamOptions {
   onActivity?: () => void;
   /** Holds a busy call's text (see ModelCall); the process's shared scheduler unless given (tests). */
   scheduler?: CoalescingScheduler;
+  /** Offered the first call's payload before it is sent; dropped when not taken. */
+  early?: EarlyRequest | null;
 }
 
 interface WireToolCall {
@@ -90,6 +117,7 @@ export function streamLean(model: LeanModel, options: LeanStreamOptions): TurnMo
   const totalUsage = new Promise<typeof total>((resolve) => {
     settle = resolve;
   });
+  const stream: TurnModelStream = { fullStream: run(), totalUsage, firstRequest: null };
   async function* run(): AsyncGenerator<TurnStreamPart> {
     try {
       const messages: WireMessage[] = [];
@@ -102,7 +130,9 @@ export function streamLean(model: LeanModel, options: LeanStreamOptions): TurnMo
           return;
         }
         const result: StepResult = { text: '', toolCalls: [], finishReason: 'other', usage: null };
-        const call = await ModelCall.start(model, messages, tools, options, result);
+        const call = await ModelCall.start(model, messages, tools, options, result, (sent) => {
+          if (step === 0) stream.firstRequest = sent;
+        });
         try {
           for (let parts = await call.next(); parts !== null; parts = await call.next())
             for (const part of parts) yield part;
@@ -146,10 +176,11 @@ export function streamLean(model: LeanModel, options: LeanStreamOptions): TurnMo
           messages.push({ role: 'tool', tool_call_id: output.id, content: output.content });
       }
     } finally {
+      options.early?.drop();
       settle(total);
     }
   }
-  return { fullStream: run(), totalUsage };
+  return stream;
 }
 
 export interface StepResult {
@@ -206,22 +237,29 @@ class ModelCall implements Flushable {
     tools: unknown[] | undefined,
     options: LeanStreamOptions,
     result: StepResult,
+    sending: (sent: SentRequest) => void,
   ): Promise<ModelCall> {
-    const body = {
-      model: model.model,
-      messages,
-      ...(tools ? { tools } : {}),
-      stream: true,
-      stream_options: { include_usage: true },
+    // JSON.stringify of { model, messages, tools?, stream, stream_options }, in two pieces around
+    // the end of `messages` (SentRequest).
+    const sent: SentRequest = {
+      model,
+      head: `{"model":${JSON.stringify(model.model)},"messages":${JSON.stringify(messages).slice(0, -1)}`,
+      tail: `]${tools ? `,"tools":${JSON.stringify(tools)}` : ''},"stream":true,"stream_options":{"include_usage":true}}`,
+      count: messages.length - (messages[0]?.role === 'system' ? 1 : 0),
     };
+    const payload = sent.head + sent.tail;
+    sending(sent);
     const span = startModelSpan(model.provider, model.model, messages);
+    // The first attempt may find its request sent already; retries send their own.
+    let early = options.early ?? null;
+    const attempt = () => {
+      const taken = early?.take(model, payload, options.signal) ?? null;
+      early = null;
+      return taken ?? post(model, payload, options.signal);
+    };
     try {
       const response = await span.run(() =>
-        retrying(
-          () => post(model, body, options.signal),
-          options.retry ?? DEFAULT_RETRY_POLICY,
-          options.signal,
-        ),
+        retrying(attempt, options.retry ?? DEFAULT_RETRY_POLICY, options.signal),
       );
       return new ModelCall(
         response,
@@ -534,7 +572,7 @@ const MAX_QUEUED_CHARS = 1 << 20;
  * buffered here but what arrives before the call takes over. A failure before the stream starts
  * is an `APICallError`, as from the SDK.
  */
-class ModelResponse implements Dispatcher.DispatchHandlers {
+export class ModelResponse implements Dispatcher.DispatchHandlers {
   /** Set once the body is done (`complete`) or failed (`failure`). */
   complete = false;
   failure: unknown = null;
@@ -552,7 +590,8 @@ class ModelResponse implements Dispatcher.DispatchHandlers {
 
   constructor(
     private readonly model: LeanModel,
-    private readonly requestBody: unknown,
+    /** The JSON payload sent (the errors' `requestBodyValues`, as parsed by the SDK's callers). */
+    private readonly payload: string,
     private readonly signal: AbortSignal,
     private readonly resolve: (response: ModelResponse) => void,
     private readonly reject: (err: unknown) => void,
@@ -643,7 +682,7 @@ class ModelResponse implements Dispatcher.DispatchHandlers {
           new APICallError({
             message: `Cannot connect to API: ${err instanceof Error ? err.message : String(err)}`,
             url: this.model.url,
-            requestBodyValues: this.requestBody,
+            requestBodyValues: this.requestBodyValues(),
             cause: err,
             isRetryable: true,
           }),
@@ -667,6 +706,14 @@ class ModelResponse implements Dispatcher.DispatchHandlers {
     this.signal.removeEventListener('abort', this.onAbort);
   }
 
+  private requestBodyValues(): unknown {
+    try {
+      return JSON.parse(this.payload);
+    } catch {
+      return this.payload;
+    }
+  }
+
   private statusError(): APICallError {
     const status = this.status;
     const text = this.early;
@@ -681,7 +728,7 @@ class ModelResponse implements Dispatcher.DispatchHandlers {
     return new APICallError({
       message,
       url: this.model.url,
-      requestBodyValues: this.requestBody,
+      requestBodyValues: this.requestBodyValues(),
       statusCode: status,
       responseHeaders: this.headers,
       responseBody: text,
@@ -690,15 +737,17 @@ class ModelResponse implements Dispatcher.DispatchHandlers {
   }
 }
 
-/** Sends one request; resolves to its response once a 2xx status arrived (see ModelResponse). */
-function post(model: LeanModel, body: unknown, signal: AbortSignal): Promise<ModelResponse> {
-  // The guard refuses a URL before anything is sent (OutboundUrlError, not retried).
+/**
+ * Sends one request (a JSON payload); resolves to its response once a 2xx status arrived (see
+ * ModelResponse). The URL guard refuses a URL by throwing before anything is sent
+ * (OutboundUrlError, not retried).
+ */
+export function post(model: LeanModel, payload: string, signal: AbortSignal): Promise<ModelResponse> {
   const dispatcher = model.dispatcher(model.url);
   if (signal.aborted) return Promise.reject(signal.reason);
   const url = new URL(model.url);
-  const payload = JSON.stringify(body);
   return new Promise<ModelResponse>((resolve, reject) => {
-    const response = new ModelResponse(model, body, signal, resolve, reject);
+    const response = new ModelResponse(model, payload, signal, resolve, reject);
     try {
       dispatcher.dispatch(
         {

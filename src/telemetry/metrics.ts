@@ -36,6 +36,7 @@ export class ServiceMetrics {
   private readonly credits: Counter<'provider' | 'model'>;
   private readonly webhookDeliveries: Counter<'outcome'>;
   private readonly openStreams: Gauge;
+  private readonly speculativeRequests: Counter<'outcome'>;
 
   constructor(options: ServiceMetricsOptions = {}) {
     const registers = [this.registry];
@@ -100,6 +101,12 @@ export class ServiceMetrics {
       help: 'Server-Sent Event responses open in this process (chat and artifact streams)',
       registers,
     });
+    this.speculativeRequests = new Counter({
+      name: 'scriptorium_early_model_requests_total',
+      help: "Model requests sent before a turn's opening statement answered (llm/speculative-requests.ts), by outcome: used, or dropped (aborted: the turn built another payload or was refused)",
+      labelNames: ['outcome'],
+      registers,
+    });
     const { queueDepth } = options;
     if (queueDepth) {
       new Gauge({
@@ -121,6 +128,10 @@ export class ServiceMetrics {
     const labels = { method, route, status_code: String(status) };
     this.requests.inc(labels);
     this.requestDuration.observe(labels, seconds);
+  }
+
+  countEarlyRequest(outcome: 'used' | 'dropped'): void {
+    this.speculativeRequests.inc({ outcome });
   }
 
   observeTurn(provider: string, outcome: TurnOutcomeLabel, timing: TurnTimingView): void {

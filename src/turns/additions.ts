@@ -53,6 +53,12 @@ export class TurnAdditions {
     return this.input.structured !== undefined || messages.some((m) => typeof m.content !== 'string');
   }
 
+  /** A turn without additions: its request and reply are the chat's plain history. */
+  get plain(): boolean {
+    const { structured, regenerate, attachments } = this.input;
+    return structured === undefined && regenerate === undefined && !attachments?.length;
+  }
+
   /** A structured reply is streamed as one `content` event once valid, not delta by delta. */
   get holdsText(): boolean {
     return this.input.structured !== undefined;

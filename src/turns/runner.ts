@@ -7,7 +7,13 @@ import type { Database, Queryable } from '../db/client.js';
 import type { AgentTool } from '../db/schema/index.js';
 import { ApiError, notFound, paymentRequired } from '../http/errors.js';
 import { DEFAULT_RETRY_POLICY, withBoundedRetries } from '../llm/bounded-retries.js';
-import { streamLean, type TurnModelStream, type TurnStreamPart } from '../llm/lean-client.js';
+import {
+  type EarlyRequest,
+  streamLean,
+  type TurnModelStream,
+  type TurnStreamPart,
+} from '../llm/lean-client.js';
+import { type SpeculationOutcome, SpeculativeRequests } from '../llm/speculative-requests.js';
 import { collectTools, type ToolFamilies, type ToolScope } from '../llm/tools/registry.js';
 import { storeAttachments } from '../modules/chats/attachments.js';
 import { presentMessage } from '../modules/chats/presenter.js';
@@ -99,7 +105,10 @@ export interface TurnOptions {
 }
 
 /** What the turn's opening statement read for the model request (turn-open.ts). */
-type KnownInput = Pick<NonNullable<OpenedTurn['started']>, 'history' | 'integrations' | 'skills'>;
+type KnownInput = Pick<NonNullable<OpenedTurn['started']>, 'history' | 'integrations' | 'skills'> & {
+  /** The model request sent before the statement answered, if any. */
+  early?: EarlyRequest | null;
+};
 
 /** How long a failed turn's end is retried while the database does not answer. */
 const RECORD_RETRY_MS = 10 * 60_000;
@@ -128,6 +137,8 @@ export class TurnRunner {
   private listeningForCancels = false;
   /** Tool calls of this process's turns waiting for approval decisions (src/turns/approvals.ts). */
   readonly approvals: ApprovalWaits;
+  /** Chats' next model requests, sent before the turn's statement answers (llm/speculative-requests.ts). */
+  private readonly early: SpeculativeRequests;
 
   constructor(
     private readonly deps: {
@@ -137,8 +148,11 @@ export class TurnRunner {
       families: ToolFamilies;
       settings: TurnSettings;
       log: FastifyBaseLogger;
+      /** Counts the early model requests' outcomes (the process's metrics). */
+      countEarlyRequest?: (outcome: SpeculationOutcome) => void;
     },
   ) {
+    this.early = new SpeculativeRequests(deps.countEarlyRequest);
     // Every running turn listens for the shutdown; hundreds at once are expected, not a leak.
     setMaxListeners(0, this.shutdown.signal);
     this.approvals = new ApprovalWaits(deps.streams.notifier, deps.log);
@@ -250,19 +264,33 @@ export class TurnRunner {
   ): Promise<{ plan: TurnPlan; start: () => Promise<StartedTurn> }> {
     const { database, settings } = this.deps;
     const timing = new TurnTiming(options.arrivedAt);
-    const opened = await timing.db(
-      openTurn(database, ctx.principal, chatId, {
-        content,
-        title: titleFrom(content),
-        leaseMs: settings.leaseMs,
-        historyLimit: settings.historyLimit,
-      }),
-    );
-    if (!opened) throw notFound('Chat');
-    // The statement wrote only if these checks pass (its `usable`), so a refusal here wrote nothing.
-    const plan = checkPlan(opened.plan);
+    // Sent now when this process knows the chat's next request; used only if the statement's reads
+    // build the same payload (llm/speculative-requests.ts), dropped on any refusal.
+    const early = this.early.send(chatId, ctx.principal, content);
+    let opened: OpenedTurn | null;
+    let plan: TurnPlan;
+    try {
+      opened = await timing.db(
+        openTurn(database, ctx.principal, chatId, {
+          content,
+          title: titleFrom(content),
+          leaseMs: settings.leaseMs,
+          historyLimit: settings.historyLimit,
+        }),
+      );
+      if (!opened) throw notFound('Chat');
+      // The statement wrote only if these checks pass (its `usable`), so a refusal here wrote nothing.
+      plan = checkPlan(opened.plan);
+    } catch (err) {
+      early?.drop();
+      throw err;
+    }
+    const found = opened;
+    if (!found.started) early?.drop();
     const start = async (): Promise<StartedTurn> => {
-      if (opened.started) return this.launch(ctx, plan, opened.started.ids, options, timing, opened.started);
+      const opened = found;
+      if (opened.started)
+        return this.launch(ctx, plan, opened.started.ids, options, timing, { ...opened.started, early });
       if (!opened.usable) return this.beginWith(ctx, plan, content, options, timing, true);
       if (!opened.funded) throw paymentRequired();
       // The chat's lease is taken: a dead turn to retire, or a live one (409).
@@ -324,6 +352,7 @@ export class TurnRunner {
     known: KnownInput | null,
   ): StartedTurn {
     timing.started();
+    this.early.forget(plan.chat.id);
     const abort = new AbortController();
     this.running.set(ids.turnId, abort);
     this.listenForCancels();
@@ -644,6 +673,10 @@ export class TurnRunner {
 
       const row = await finish({ kind: 'completed' });
       if (!row) return await endRecordedElsewhere();
+      const sent = stream.firstRequest;
+      // The chat's next request, when this one's messages and reply are all of it (speculative-requests.ts).
+      if (sent && !usedTools && finishReasons.length === 1 && additions.plain)
+        this.early.remember(plan.chat.id, ctx.principal, sent, text, settings.historyLimit);
       // The stored row is at hand: read it back only when tool executions belong in the view.
       const stored = usedTools ? await messageView(db, ids.assistantMessageId) : presentMessage(row);
       const message: MessageView = { ...stored, timing: timing.view() };
@@ -691,6 +724,7 @@ export class TurnRunner {
       if (!recorded) this.recordLater(() => finish({ kind: 'failed', failure }), log);
       return { status: 'failed', error, timing };
     } finally {
+      known?.early?.drop();
       watchdog.stop();
       stopLease();
       this.shutdown.signal.removeEventListener('abort', onShutdown);
@@ -739,6 +773,8 @@ export class TurnRunner {
     // OpenAI Chat Completions providers take the lean client; others the AI SDK (docs/decisions.md),
     // and so do turns with a schema or attachments (the lean client sends text only).
     const lean = additions.needsSdk(messages) ? null : ctx.models.leanModel(plan.configuration);
+    // Only the lean client takes a request sent early; the AI SDK sends its own.
+    if (!lean) known?.early?.drop();
     const model = lean
       ? null
       : withBoundedRetries(
@@ -749,6 +785,7 @@ export class TurnRunner {
     timing.modelRequest();
     if (lean) {
       return streamLean(lean, {
+        early: known?.early,
         system,
         messages,
         tools,

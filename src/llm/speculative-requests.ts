@@ -1,0 +1,144 @@
+import {
+  type EarlyRequest,
+  type LeanModel,
+  type ModelResponse,
+  post,
+  type SentRequest,
+} from './lean-client.js';
+
+/** Who may have a chat's next request sent early: the same organization and API key as its last turn. */
+export interface RequestOwner {
+  organizationId: number;
+  keyId: number | null;
+}
+
+interface NextRequest extends RequestOwner {
+  model: LeanModel;
+  /** The payload up to the new message: the last request's messages and its reply (SentRequest.head). */
+  head: string;
+  tail: string;
+}
+
+export type SpeculationOutcome = 'used' | 'dropped';
+
+/**
+ * The model request of a chat's next plain message, sent while the turn's opening statement runs
+ * (docs/decisions.md, "The model request before the turn's statement answers"): after a turn of
+ * the lean client ends with a reply and no tool call, the chat's next request is that turn's
+ * request with the reply and the next message appended, as long as nothing else changed. The
+ * next message of the same key to the chat sends it at once; the turn takes its response only
+ * when the payload it builds from what the statement read is byte for byte the one sent, and
+ * drops (aborts) it otherwise or when the turn is refused. What the model receives is therefore
+ * always what the turn would have sent; only its time moves.
+ *
+ * Kept per process, for the chats whose last turn ran here, up to `maxBytes` of payloads (the
+ * oldest go first). A chat's entry is used once: a turn started on it forgets it until it ends.
+ */
+export class SpeculativeRequests {
+  private readonly next = new Map<number, NextRequest>();
+  private bytes = 0;
+
+  constructor(
+    private readonly count: (outcome: SpeculationOutcome) => void = () => {},
+    private readonly maxBytes = 32 * 1024 * 1024,
+  ) {}
+
+  /**
+   * A turn ended with `reply` after one request, `sent`. Its next request holds that request's
+   * messages, the reply and the next message, unless the history limit (messages sent, the new
+   * one included) would drop the oldest: then the statement's history decides and nothing is kept.
+   */
+  remember(
+    chatId: number,
+    owner: RequestOwner,
+    sent: SentRequest,
+    reply: string,
+    historyLimit: number,
+  ): void {
+    this.forget(chatId);
+    if (sent.count + 2 > historyLimit) return;
+    const entry: NextRequest = {
+      organizationId: owner.organizationId,
+      keyId: owner.keyId,
+      model: sent.model,
+      head: withMessage(sent.head, 'assistant', reply),
+      tail: sent.tail,
+    };
+    const size = entry.head.length + entry.tail.length;
+    if (size > this.maxBytes) return;
+    this.next.set(chatId, entry);
+    this.bytes += size;
+    for (const [oldest, old] of this.next) {
+      if (this.bytes <= this.maxBytes) break;
+      this.next.delete(oldest);
+      this.bytes -= old.head.length + old.tail.length;
+    }
+  }
+
+  /** A turn starts on the chat (or it changed): its next request is unknown until the turn ends. */
+  forget(chatId: number): void {
+    const entry = this.next.get(chatId);
+    if (!entry) return;
+    this.next.delete(chatId);
+    this.bytes -= entry.head.length + entry.tail.length;
+  }
+
+  /** Sends the chat's next request with `content` as the new message, when this process knows it. */
+  send(chatId: number, owner: RequestOwner, content: string): EarlyRequest | null {
+    const entry = this.next.get(chatId);
+    // Another key's message is refused (or, were it let in, its turn forgets the entry: `forget`).
+    if (!entry || entry.organizationId !== owner.organizationId || entry.keyId !== owner.keyId) return null;
+    this.forget(chatId);
+    return new SpeculativeRequest(
+      entry.model,
+      withMessage(entry.head, 'user', content) + entry.tail,
+      this.count,
+    );
+  }
+}
+
+/** `head` with one more text message (the JSON the lean client writes for it). */
+const withMessage = (head: string, role: 'user' | 'assistant', content: string) =>
+  `${head}${head.endsWith('[') ? '' : ','}${JSON.stringify({ role, content })}`;
+
+class SpeculativeRequest implements EarlyRequest {
+  private readonly controller = new AbortController();
+  private response: Promise<ModelResponse> | null = null;
+  private settled = false;
+
+  constructor(
+    private readonly model: LeanModel,
+    private readonly payload: string,
+    private readonly count: (outcome: SpeculationOutcome) => void,
+  ) {
+    try {
+      this.response = post(model, payload, this.controller.signal);
+      // Dropped requests fail with the abort; a taken one's failure goes to its taker.
+      this.response.catch(() => {});
+    } catch {
+      // The URL guard refused it: the turn's own request gets the same answer.
+      this.settled = true;
+    }
+  }
+
+  take(model: LeanModel, payload: string, signal: AbortSignal): Promise<ModelResponse> | null {
+    if (this.settled) return null;
+    if (model !== this.model || payload !== this.payload) {
+      this.drop();
+      return null;
+    }
+    this.settled = true;
+    this.count('used');
+    // The turn's abort (cancel, watchdog, shutdown) now ends this request.
+    if (signal.aborted) this.controller.abort(signal.reason);
+    else signal.addEventListener('abort', () => this.controller.abort(signal.reason), { once: true });
+    return this.response;
+  }
+
+  drop(): void {
+    if (this.settled) return;
+    this.settled = true;
+    this.count('dropped');
+    this.controller.abort(new Error('The early model request was not used'));
+  }
+}

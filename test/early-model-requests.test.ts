@@ -1,0 +1,149 @@
+/**
+ * A chat's next model request goes out while the turn's opening statement runs
+ * (src/llm/speculative-requests.ts): the turn takes its response only when the payload it builds
+ * from the statement's reads is the one sent early, and drops it otherwise or when refused. The
+ * model therefore always receives what the turn would have sent; the metric says what happened.
+ */
+import { eq } from 'drizzle-orm';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { organizations, projects } from '../src/db/schema/index.js';
+import { addModel, type ChatTestApp, postStream, startChatApp, streamedText } from './chats-support.js';
+import { call, createOrg, expectStatus, type TestOrg } from './helpers/app.js';
+import { type FakeModelServer, startFakeModelServer } from './helpers/fake-model-server.js';
+
+let server: FakeModelServer;
+let t: ChatTestApp;
+
+beforeAll(async () => {
+  server = await startFakeModelServer();
+  t = await startChatApp();
+});
+afterEach(() => server.reset());
+afterAll(async () => {
+  await t?.close();
+  await server?.close();
+});
+
+async function earlyRequests(): Promise<{ used: number; dropped: number }> {
+  const res = await call(t, 'GET', '/metrics');
+  expectStatus(res, 200);
+  const count = (outcome: string) => {
+    const line = (res.body as string)
+      .split('\n')
+      .find((l) => l.startsWith(`scriptorium_early_model_requests_total{outcome="${outcome}"}`));
+    return line ? Number(line.slice(line.lastIndexOf(' ') + 1)) : 0;
+  };
+  return { used: count('used'), dropped: count('dropped') };
+}
+
+async function chatOf(org: TestOrg, key = org.orgKey): Promise<number> {
+  const res = await call(t, 'POST', '/api/v2/chats', { key, body: { project_id: org.projectId } });
+  expectStatus(res, 201);
+  return res.body.response.chat.id as number;
+}
+
+async function send(org: TestOrg, chatId: number, content: string, key = org.orgKey) {
+  const res = await postStream(t.baseUrl, `/api/v2/chats/${chatId}/messages`, key, { content, stream: true });
+  expect(res.status).toBe(200);
+  return res;
+}
+
+async function storedContents(org: TestOrg, chatId: number): Promise<string[]> {
+  const res = await call(t, 'GET', `/api/v2/chats/${chatId}/messages`, { key: org.orgKey });
+  expectStatus(res, 200);
+  return (res.body.response.messages as { content: string }[]).map((m) => m.content);
+}
+
+const wireMessages = (body: { messages: { role: string; content: string }[] }) =>
+  body.messages.filter((m) => m.role !== 'system').map((m) => [m.role, m.content]);
+
+async function orgWithModel(): Promise<TestOrg> {
+  const org = await createOrg(t);
+  await addModel(t, org.organizationId, { baseUrl: server.baseUrl, model: 'local-llama', makeDefault: true });
+  return org;
+}
+
+describe('the model request of a chat’s next message, sent early', () => {
+  it('is used when the statement’s reads build the same payload: one request per turn', async () => {
+    const org = await orgWithModel();
+    const chatId = await chatOf(org);
+    server.enqueue({ chunks: ['First ', 'answer.'] }, { chunks: ['Second ', 'answer.'] });
+    const before = await earlyRequests();
+    expect(streamedText((await send(org, chatId, 'one')).events)).toBe('First answer.');
+    expect(streamedText((await send(org, chatId, 'two')).events)).toBe('Second answer.');
+
+    const requests = server.chatRequests();
+    expect(requests).toHaveLength(2);
+    expect(wireMessages(requests[1]!.body)).toEqual([
+      ['user', 'one'],
+      ['assistant', 'First answer.'],
+      ['user', 'two'],
+    ]);
+    expect(await earlyRequests()).toEqual({ used: before.used + 1, dropped: before.dropped });
+    expect(await storedContents(org, chatId)).toEqual(['one', 'First answer.', 'two', 'Second answer.']);
+  });
+
+  it('is dropped when the chat’s context changed since: the turn sends what it read', async () => {
+    const org = await orgWithModel();
+    const chatId = await chatOf(org);
+    server.enqueue({ chunks: ['Noted.'] });
+    await send(org, chatId, 'one');
+    await t.deps.database.db
+      .update(projects)
+      .set({ overview: 'A project about lighthouses.' })
+      .where(eq(projects.id, org.projectId));
+    const before = await earlyRequests();
+    // The dropped request may be answered too: the reply follows the system prompt it was sent with.
+    server.setResponder((req) => ({
+      chunks: [JSON.stringify(req.body.messages).includes('lighthouses') ? 'Lighthouses.' : 'Stale.'],
+    }));
+    expect(streamedText((await send(org, chatId, 'two')).events)).toBe('Lighthouses.');
+
+    expect(await earlyRequests()).toEqual({ used: before.used, dropped: before.dropped + 1 });
+    const last = server.chatRequests().at(-1)!;
+    expect(JSON.stringify(last.body.messages[0])).toContain('lighthouses');
+    expect(await storedContents(org, chatId)).toEqual(['one', 'Noted.', 'two', 'Lighthouses.']);
+  });
+
+  it('is dropped when the turn is refused (402): nothing is stored or streamed from it', async () => {
+    const org = await orgWithModel();
+    const chatId = await chatOf(org);
+    server.enqueue({ chunks: ['Paid.'] });
+    await send(org, chatId, 'one');
+    await t.deps.database.db
+      .update(organizations)
+      .set({ creditBalance: 0 })
+      .where(eq(organizations.id, org.organizationId));
+    const before = await earlyRequests();
+    const refused = await send(org, chatId, 'two');
+    expect(refused.events.map((e) => [e.event, e.data.code])).toEqual([['error', 402]]);
+
+    expect(await earlyRequests()).toEqual({ used: before.used, dropped: before.dropped + 1 });
+    expect(await storedContents(org, chatId)).toEqual(['one', 'Paid.']);
+  });
+
+  it('is sent only for the key whose turn ended last in the chat: another key’s message sends nothing', async () => {
+    const org = await orgWithModel();
+    const second = await call(t, 'POST', '/api/v1/api_keys', {
+      key: org.orgKey,
+      body: { kind: 'organization' },
+    });
+    expectStatus(second, 201);
+    const chatId = await chatOf(org);
+    server.enqueue({ chunks: ['Hello.'] });
+    await send(org, chatId, 'one');
+    const before = await earlyRequests();
+    // Chats are their key's (spec): the other key's message is refused, and nothing went to the model.
+    const other = await postStream(t.baseUrl, `/api/v2/chats/${chatId}/messages`, second.body.key, {
+      content: 'two',
+      stream: true,
+    });
+    expect(other.status).toBe(404);
+    expect(await earlyRequests()).toEqual(before);
+    expect(server.chatRequests()).toHaveLength(1);
+    // The chat's own key still finds its next request ready.
+    server.enqueue({ chunks: ['Hello again.'] });
+    expect(streamedText((await send(org, chatId, 'three')).events)).toBe('Hello again.');
+    expect(await earlyRequests()).toEqual({ used: before.used + 1, dropped: before.dropped });
+  });
+});
