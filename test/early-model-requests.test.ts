@@ -5,8 +5,11 @@
  * model therefore always receives what the turn would have sent; the metric says what happened.
  */
 import { eq } from 'drizzle-orm';
+import { Agent } from 'undici';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { organizations, projects } from '../src/db/schema/index.js';
+import { type LeanModel, streamLean, type TurnModelStream } from '../src/llm/lean-client.js';
+import { type SpeculationOutcome, SpeculativeRequests } from '../src/llm/speculative-requests.js';
 import { addModel, type ChatTestApp, postStream, startChatApp, streamedText } from './chats-support.js';
 import { call, createOrg, expectStatus, type TestOrg } from './helpers/app.js';
 import { type FakeModelServer, startFakeModelServer } from './helpers/fake-model-server.js';
@@ -145,5 +148,64 @@ describe('the model request of a chat’s next message, sent early', () => {
     server.enqueue({ chunks: ['Hello again.'] });
     expect(streamedText((await send(org, chatId, 'three')).events)).toBe('Hello again.');
     expect(await earlyRequests()).toEqual({ used: before.used + 1, dropped: before.dropped });
+  });
+});
+
+describe('the lean client with a request sent early', () => {
+  const agent = new Agent();
+  afterAll(() => agent.close());
+  const model = (): LeanModel => ({
+    provider: 'openai-compatible',
+    model: 'local-llama',
+    url: `${server.baseUrl}/chat/completions`,
+    headers: { 'content-type': 'application/json' },
+    dispatcher: () => agent,
+  });
+  const textOf = async (stream: TurnModelStream) => {
+    let text = '';
+    for await (const part of stream.fullStream) if (part.type === 'text-delta') text += part.text;
+    return text;
+  };
+
+  it('takes a reply that streamed in full before the turn asked for it: nothing lost, nothing sent twice', async () => {
+    const lean = model();
+    const signal = new AbortController().signal;
+    server.enqueue({ chunks: ['Short.'] });
+    const first = streamLean(lean, {
+      system: 'Be brief.',
+      messages: [{ role: 'user', content: 'one' }],
+      tools: {},
+      maxSteps: 1,
+      signal,
+    });
+    expect(await textOf(first)).toBe('Short.');
+    const counted: SpeculationOutcome[] = [];
+    const requests = new SpeculativeRequests((outcome) => counted.push(outcome));
+    requests.remember(7, { organizationId: 1, keyId: 2 }, first.firstRequest!, 'Short.', 100);
+
+    // Far more than the 16 KB a response holds unread: the rest waits in the socket.
+    const chunks = Array.from({ length: 200 }, (_, i) => `${String(i).padStart(3, '0')}${'x'.repeat(500)} `);
+    server.enqueue({ chunks });
+    const early = requests.send(7, { organizationId: 1, keyId: 2 }, 'two');
+    expect(early).not.toBeNull();
+    await server.waitForRequests(2);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const second = streamLean(lean, {
+      system: 'Be brief.',
+      messages: [
+        { role: 'user', content: 'one' },
+        { role: 'assistant', content: 'Short.' },
+        { role: 'user', content: 'two' },
+      ],
+      tools: {},
+      maxSteps: 1,
+      signal,
+      early,
+    });
+    expect(await textOf(second)).toBe(chunks.join(''));
+    expect(counted).toEqual(['used']);
+    expect(server.chatRequests()).toHaveLength(2);
+    // Used once: the chat's next request is unknown until a turn ends again.
+    expect(requests.send(7, { organizationId: 1, keyId: 2 }, 'three')).toBeNull();
   });
 });

@@ -565,6 +565,8 @@ const NEEDS_DECODING = /["\\\u0000-\u001f]/;
 
 /** Text received and not yet parsed beyond which reading pauses (see ModelCall). */
 const MAX_QUEUED_CHARS = 1 << 20;
+/** Body text a response holds before anyone reads it (a request sent early, not yet taken). */
+const MAX_EARLY_CHARS = 16 * 1024;
 
 /**
  * One HTTP request, as an undici dispatch handler: its promise resolves when a 2xx status arrives,
@@ -604,6 +606,7 @@ export class ModelResponse implements Dispatcher.DispatchHandlers {
     const early = this.early;
     this.early = '';
     if (early && !sink.data(early)) this.pause();
+    else this.resume();
     if (this.complete || this.failure !== null) sink.ended();
   }
 
@@ -648,6 +651,12 @@ export class ModelResponse implements Dispatcher.DispatchHandlers {
     if (!piece) return true;
     if (this.sink_ === null) {
       this.early += piece;
+      // A request sent early (speculative-requests.ts) may stream before its turn takes it: past a
+      // few replies' worth, the model's bytes wait in the socket, not in this process's heap.
+      if (this.settled && this.early.length > MAX_EARLY_CHARS) {
+        this.paused = true;
+        return false;
+      }
       return true;
     }
     if (this.sink_.data(piece)) return true;
