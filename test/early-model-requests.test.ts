@@ -86,6 +86,20 @@ describe('the model request of a chat’s next message, sent early', () => {
     expect(await storedContents(org, chatId)).toEqual(['one', 'First answer.', 'two', 'Second answer.']);
   });
 
+  it('a chat created empty after a turn in its context sends its first message’s request early too', async () => {
+    const org = await orgWithModel();
+    server.enqueue({ chunks: ['First chat.'] }, { chunks: ['Second chat.'] });
+    await send(org, await chatOf(org), 'one');
+    const before = await earlyRequests();
+    const fresh = await chatOf(org);
+    expect(streamedText((await send(org, fresh, 'hello')).events)).toBe('Second chat.');
+
+    expect(await earlyRequests()).toEqual({ used: before.used + 1, dropped: before.dropped });
+    expect(server.chatRequests()).toHaveLength(2);
+    expect(wireMessages(server.chatRequests()[1]!.body)).toEqual([['user', 'hello']]);
+    expect(server.chatRequests()[1]!.body.messages[0]).toEqual(server.chatRequests()[0]!.body.messages[0]);
+  });
+
   it('is dropped when the chat’s context changed since: the turn sends what it read', async () => {
     const org = await orgWithModel();
     const chatId = await chatOf(org);
@@ -181,7 +195,8 @@ describe('the lean client with a request sent early', () => {
     expect(await textOf(first)).toBe('Short.');
     const counted: SpeculationOutcome[] = [];
     const requests = new SpeculativeRequests((outcome) => counted.push(outcome));
-    requests.remember(7, { organizationId: 1, keyId: 2 }, first.firstRequest!, 'Short.', 100);
+    const context = { projectId: 3, agentId: null, modelConfigurationId: 4 };
+    requests.remember(7, { organizationId: 1, keyId: 2 }, context, first.firstRequest!, 'Short.', 100);
 
     // Far more than the 16 KB a response holds unread: the rest waits in the socket.
     const chunks = Array.from({ length: 200 }, (_, i) => `${String(i).padStart(3, '0')}${'x'.repeat(500)} `);
@@ -207,5 +222,13 @@ describe('the lean client with a request sent early', () => {
     expect(server.chatRequests()).toHaveLength(2);
     // Used once: the chat's next request is unknown until a turn ends again.
     expect(requests.send(7, { organizationId: 1, keyId: 2 }, 'three')).toBeNull();
+    // A chat created empty in the same context gets its first request; in another, nothing.
+    requests.created(8, { organizationId: 1, keyId: 2 }, { ...context, agentId: 5 });
+    expect(requests.send(8, { organizationId: 1, keyId: 2 }, 'hi')).toBeNull();
+    requests.created(9, { organizationId: 1, keyId: 2 }, context);
+    const fresh = requests.send(9, { organizationId: 1, keyId: 2 }, 'hi');
+    expect(fresh).not.toBeNull();
+    fresh!.drop();
+    expect(counted).toEqual(['used', 'dropped']);
   });
 });

@@ -51,6 +51,8 @@ export interface TurnModelStream {
  */
 export interface SentRequest {
   model: LeanModel;
+  /** The payload up to its first message after the system prompt: a new chat's request begins so. */
+  base: string;
   head: string;
   tail: string;
   /** Messages in it, the system prompt not counted. */
@@ -241,9 +243,15 @@ class ModelCall implements Flushable {
   ): Promise<ModelCall> {
     // JSON.stringify of { model, messages, tools?, stream, stream_options }, in two pieces around
     // the end of `messages` (SentRequest).
+    const system = messages[0]?.role === 'system' ? JSON.stringify(messages[0]) : '';
+    const base = `{"model":${JSON.stringify(model.model)},"messages":[${system}`;
+    let head = base;
+    for (let i = system ? 1 : 0; i < messages.length; i++)
+      head += `${head.endsWith('[') ? '' : ','}${JSON.stringify(messages[i])}`;
     const sent: SentRequest = {
       model,
-      head: `{"model":${JSON.stringify(model.model)},"messages":${JSON.stringify(messages).slice(0, -1)}`,
+      base,
+      head,
       tail: `]${tools ? `,"tools":${JSON.stringify(tools)}` : ''},"stream":true,"stream_options":{"include_usage":true}}`,
       count: messages.length - (messages[0]?.role === 'system' ? 1 : 0),
     };

@@ -12,6 +12,13 @@ export interface RequestOwner {
   keyId: number | null;
 }
 
+/** What shapes a chat's requests besides its messages, as the runner knows it (the payload decides). */
+export interface RequestContext {
+  projectId: number;
+  agentId: number | null;
+  modelConfigurationId: number;
+}
+
 interface NextRequest extends RequestOwner {
   model: LeanModel;
   /** The payload up to the new message: the last request's messages and its reply (SentRequest.head). */
@@ -20,6 +27,12 @@ interface NextRequest extends RequestOwner {
 }
 
 export type SpeculationOutcome = 'used' | 'dropped';
+
+/** New chats' first requests kept, by owner and context (the oldest go first). */
+const MAX_FIRST_REQUESTS = 1000;
+
+const contextKey = (owner: RequestOwner, context: RequestContext) =>
+  `${owner.organizationId}:${owner.keyId}:${context.projectId}:${context.agentId}:${context.modelConfigurationId}`;
 
 /**
  * The model request of a chat's next plain message, sent while the turn's opening statement runs
@@ -33,10 +46,14 @@ export type SpeculationOutcome = 'used' | 'dropped';
  *
  * Kept per process, for the chats whose last turn ran here, up to `maxBytes` of payloads (the
  * oldest go first). A chat's entry is used once: a turn started on it forgets it until it ends.
+ * A chat created empty here gets the first request of its context (the same key, project, agent
+ * and model), taken from the last turn that ended in that context: its system prompt and tools.
  */
 export class SpeculativeRequests {
   private readonly next = new Map<number, NextRequest>();
   private bytes = 0;
+  /** By contextKey: a new chat's request up to its first message (SentRequest.base), and its tail. */
+  private readonly firsts = new Map<string, Pick<NextRequest, 'model' | 'head' | 'tail'>>();
 
   constructor(
     private readonly count: (outcome: SpeculationOutcome) => void = () => {},
@@ -51,19 +68,37 @@ export class SpeculativeRequests {
   remember(
     chatId: number,
     owner: RequestOwner,
+    context: RequestContext,
     sent: SentRequest,
     reply: string,
     historyLimit: number,
   ): void {
     this.forget(chatId);
     if (sent.count + 2 > historyLimit) return;
-    const entry: NextRequest = {
+    const key = contextKey(owner, context);
+    this.firsts.delete(key);
+    this.firsts.set(key, { model: sent.model, head: sent.base, tail: sent.tail });
+    for (const oldest of this.firsts.keys()) {
+      if (this.firsts.size <= MAX_FIRST_REQUESTS) break;
+      this.firsts.delete(oldest);
+    }
+    this.keep(chatId, {
       organizationId: owner.organizationId,
       keyId: owner.keyId,
       model: sent.model,
       head: withMessage(sent.head, 'assistant', reply),
       tail: sent.tail,
-    };
+    });
+  }
+
+  /** A chat created empty by `owner`: its first request is its context's, if one ended here. */
+  created(chatId: number, owner: RequestOwner, context: RequestContext): void {
+    const first = this.firsts.get(contextKey(owner, context));
+    if (first) this.keep(chatId, { organizationId: owner.organizationId, keyId: owner.keyId, ...first });
+  }
+
+  private keep(chatId: number, entry: NextRequest): void {
+    this.forget(chatId);
     const size = entry.head.length + entry.tail.length;
     if (size > this.maxBytes) return;
     this.next.set(chatId, entry);

@@ -3,6 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { type ModelMessage, stepCountIs, streamText } from 'ai';
 import type { FastifyBaseLogger } from 'fastify';
 import type { ServiceContext } from '../core/context.js';
+import type { OrgPrincipal } from '../core/principal.js';
 import type { Database, Queryable } from '../db/client.js';
 import type { AgentTool } from '../db/schema/index.js';
 import { ApiError, notFound, paymentRequired } from '../http/errors.js';
@@ -158,6 +159,15 @@ export class TurnRunner {
     this.approvals = new ApprovalWaits(deps.streams.notifier, deps.log);
   }
 
+  /** A chat created without a message: its first may find its model request ready (speculative-requests.ts). */
+  created(principal: OrgPrincipal, chat: ChatView): void {
+    this.early.created(chat.id, principal, {
+      projectId: chat.project_id,
+      agentId: chat.agent_id,
+      modelConfigurationId: chat.model_configuration_id,
+    });
+  }
+
   get settings(): TurnSettings {
     return this.deps.settings;
   }
@@ -265,8 +275,11 @@ export class TurnRunner {
     const { database, settings } = this.deps;
     const timing = new TurnTiming(options.arrivedAt);
     // Sent now when this process knows the chat's next request; used only if the statement's reads
-    // build the same payload (llm/speculative-requests.ts), dropped on any refusal.
-    const early = this.early.send(chatId, ctx.principal, content);
+    // build the same payload (llm/speculative-requests.ts), dropped on any refusal. Not when the
+    // statement will wait for a connection: the model's reply would then wait in this process
+    // while the client sees nothing, rather than stream as it comes after the wait.
+    const queued = (database.turnPool?.waitingCount ?? 0) > 0;
+    const early = queued ? null : this.early.send(chatId, ctx.principal, content);
     let opened: OpenedTurn | null;
     let plan: TurnPlan;
     try {
@@ -676,7 +689,14 @@ export class TurnRunner {
       const sent = stream.firstRequest;
       // The chat's next request, when this one's messages and reply are all of it (speculative-requests.ts).
       if (sent && !usedTools && finishReasons.length === 1 && additions.plain)
-        this.early.remember(plan.chat.id, ctx.principal, sent, text, settings.historyLimit);
+        this.early.remember(
+          plan.chat.id,
+          ctx.principal,
+          { projectId: plan.project.id, agentId: plan.agent?.id ?? null, modelConfigurationId: plan.configuration.id },
+          sent,
+          text,
+          settings.historyLimit,
+        );
       // The stored row is at hand: read it back only when tool executions belong in the view.
       const stored = usedTools ? await messageView(db, ids.assistantMessageId) : presentMessage(row);
       const message: MessageView = { ...stored, timing: timing.view() };

@@ -73,8 +73,10 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
       }
       if (body.content === undefined && body.agent_id === undefined) {
         // The common empty chat: one statement (create-empty.ts).
+        const chat = await createEmptyChat(ctx, body);
+        deps.turns.created(ctx.principal, chat);
         reply.status(201);
-        return { status: 'ok' as const, response: { chat: await createEmptyChat(ctx, body) } };
+        return { status: 'ok' as const, response: { chat } };
       }
       // Checked before the chat exists, so a refused attachment creates nothing.
       const attachments = await prepareAttachments(ctx, body.project_id, body.attachments);
@@ -82,6 +84,7 @@ export const chatRoutes: FastifyPluginAsyncTypebox = async (app) => {
       const { chat, plan } = await createChat(ctx, body);
       const view = presentChat(chat);
       if (body.content === undefined) {
+        deps.turns.created(ctx.principal, view);
         reply.status(201);
         return { status: 'ok' as const, response: { chat: view } };
       }
