@@ -692,7 +692,11 @@ export class TurnRunner {
         this.early.remember(
           plan.chat.id,
           ctx.principal,
-          { projectId: plan.project.id, agentId: plan.agent?.id ?? null, modelConfigurationId: plan.configuration.id },
+          {
+            projectId: plan.project.id,
+            agentId: plan.agent?.id ?? null,
+            modelConfigurationId: plan.configuration.id,
+          },
           sent,
           text,
           settings.historyLimit,
