@@ -57,7 +57,7 @@ export class SpeculativeRequests {
 
   constructor(
     private readonly count: (outcome: SpeculationOutcome) => void = () => {},
-    private readonly maxBytes = 32 * 1024 * 1024,
+    private readonly maxBytes = 16 * 1024 * 1024,
   ) {}
 
   /**
