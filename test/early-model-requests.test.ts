@@ -13,6 +13,7 @@ import { type SpeculationOutcome, SpeculativeRequests } from '../src/llm/specula
 import { addModel, type ChatTestApp, postStream, startChatApp, streamedText } from './chats-support.js';
 import { call, createOrg, expectStatus, type TestOrg } from './helpers/app.js';
 import { type FakeModelServer, startFakeModelServer } from './helpers/fake-model-server.js';
+import { sample } from './helpers/metrics.js';
 
 let server: FakeModelServer;
 let t: ChatTestApp;
@@ -30,12 +31,8 @@ afterAll(async () => {
 async function earlyRequests(): Promise<{ used: number; dropped: number }> {
   const res = await call(t, 'GET', '/metrics');
   expectStatus(res, 200);
-  const count = (outcome: string) => {
-    const line = (res.body as string)
-      .split('\n')
-      .find((l) => l.startsWith(`scriptorium_early_model_requests_total{outcome="${outcome}"}`));
-    return line ? Number(line.slice(line.lastIndexOf(' ') + 1)) : 0;
-  };
+  const count = (outcome: string) =>
+    sample(res.body as string, 'scriptorium_early_model_requests_total', { outcome });
   return { used: count('used'), dropped: count('dropped') };
 }
 
@@ -55,6 +52,14 @@ async function storedContents(org: TestOrg, chatId: number): Promise<string[]> {
   const res = await call(t, 'GET', `/api/v2/chats/${chatId}/messages`, { key: org.orgKey });
   expectStatus(res, 200);
   return (res.body.response.messages as { content: string }[]).map((m) => m.content);
+}
+
+/** A chat of `org` whose first message, `one`, got `reply`: its next request is known. */
+async function chatAfterTurn(org: TestOrg, reply: string): Promise<number> {
+  const chatId = await chatOf(org);
+  server.enqueue({ chunks: [reply] });
+  await send(org, chatId, 'one');
+  return chatId;
 }
 
 const wireMessages = (body: { messages: { role: string; content: string }[] }) =>
@@ -102,9 +107,7 @@ describe('the model request of a chat’s next message, sent early', () => {
 
   it('is dropped when the chat’s context changed since: the turn sends what it read', async () => {
     const org = await orgWithModel();
-    const chatId = await chatOf(org);
-    server.enqueue({ chunks: ['Noted.'] });
-    await send(org, chatId, 'one');
+    const chatId = await chatAfterTurn(org, 'Noted.');
     await t.deps.database.db
       .update(projects)
       .set({ overview: 'A project about lighthouses.' })
@@ -124,9 +127,7 @@ describe('the model request of a chat’s next message, sent early', () => {
 
   it('is dropped when the turn is refused (402): nothing is stored or streamed from it', async () => {
     const org = await orgWithModel();
-    const chatId = await chatOf(org);
-    server.enqueue({ chunks: ['Paid.'] });
-    await send(org, chatId, 'one');
+    const chatId = await chatAfterTurn(org, 'Paid.');
     await t.deps.database.db
       .update(organizations)
       .set({ creditBalance: 0 })
@@ -146,9 +147,7 @@ describe('the model request of a chat’s next message, sent early', () => {
       body: { kind: 'organization' },
     });
     expectStatus(second, 201);
-    const chatId = await chatOf(org);
-    server.enqueue({ chunks: ['Hello.'] });
-    await send(org, chatId, 'one');
+    const chatId = await chatAfterTurn(org, 'Hello.');
     const before = await earlyRequests();
     // Chats are their key's (spec): the other key's message is refused, and nothing went to the model.
     const other = await postStream(t.baseUrl, `/api/v2/chats/${chatId}/messages`, second.body.key, {

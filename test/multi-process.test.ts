@@ -11,6 +11,7 @@ import {
   type RecordedRequest,
   startFakeModelServer,
 } from './helpers/fake-model-server.js';
+import { sample } from './helpers/metrics.js';
 import {
   bootstrapService,
   fakeModelEnv,
@@ -116,10 +117,7 @@ describe.runIf(runs)('several processes on one PostgreSQL and Redis', () => {
       let total = 0;
       for (const server of servers) {
         const text = await (await fetch(`${server.baseUrl}/metrics`)).text();
-        const line = text
-          .split('\n')
-          .find((l) => l.startsWith('scriptorium_early_model_requests_total{outcome="dropped"}'));
-        total += line ? Number(line.slice(line.lastIndexOf(' ') + 1)) : 0;
+        total += sample(text, 'scriptorium_early_model_requests_total', { outcome: 'dropped' });
       }
       return total;
     };

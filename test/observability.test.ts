@@ -10,18 +10,8 @@ import {
 } from './chats-support.js';
 import { call, createOrg, expectStatus, type TestOrg } from './helpers/app.js';
 import { type FakeModelServer, startFakeModelServer } from './helpers/fake-model-server.js';
+import { sample } from './helpers/metrics.js';
 import { startWebhookReceiver, type WebhookReceiver } from './helpers/webhook-receiver.js';
-
-/** One sample of a Prometheus text exposition (0 when absent), e.g. `name{a="b"}`. */
-function sample(text: string, name: string, labels: Record<string, string> = {}): number {
-  for (const line of text.split('\n')) {
-    if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue;
-    const labelText = line.slice(name.length).split(' ')[0];
-    if (Object.entries(labels).every(([k, v]) => labelText.includes(`${k}="${v}"`)))
-      return Number(line.slice(line.lastIndexOf(' ') + 1));
-  }
-  return 0;
-}
 
 describe('overhead in the open: timing, Server-Timing and /metrics', () => {
   let t: ChatTestApp;

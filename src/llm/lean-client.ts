@@ -245,15 +245,13 @@ class ModelCall implements Flushable {
     // the end of `messages` (SentRequest).
     const system = messages[0]?.role === 'system' ? JSON.stringify(messages[0]) : '';
     const base = `{"model":${JSON.stringify(model.model)},"messages":[${system}`;
-    let head = base;
-    for (let i = system ? 1 : 0; i < messages.length; i++)
-      head += `${head.endsWith('[') ? '' : ','}${JSON.stringify(messages[i])}`;
+    const rest = (system ? messages.slice(1) : messages).map((m) => JSON.stringify(m));
     const sent: SentRequest = {
       model,
       base,
-      head,
+      head: `${base}${system && rest.length > 0 ? ',' : ''}${rest.join(',')}`,
       tail: `]${tools ? `,"tools":${JSON.stringify(tools)}` : ''},"stream":true,"stream_options":{"include_usage":true}}`,
-      count: messages.length - (messages[0]?.role === 'system' ? 1 : 0),
+      count: rest.length,
     };
     const payload = sent.head + sent.tail;
     sending(sent);

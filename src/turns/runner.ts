@@ -280,28 +280,25 @@ export class TurnRunner {
     // while the client sees nothing, rather than stream as it comes after the wait.
     const queued = (database.turnPool?.waitingCount ?? 0) > 0;
     const early = queued ? null : this.early.send(chatId, ctx.principal, content);
-    let opened: OpenedTurn | null;
-    let plan: TurnPlan;
-    try {
-      opened = await timing.db(
+    const opened = await timing
+      .db(
         openTurn(database, ctx.principal, chatId, {
           content,
           title: titleFrom(content),
           leaseMs: settings.leaseMs,
           historyLimit: settings.historyLimit,
         }),
-      );
-      if (!opened) throw notFound('Chat');
-      // The statement wrote only if these checks pass (its `usable`), so a refusal here wrote nothing.
-      plan = checkPlan(opened.plan);
-    } catch (err) {
-      early?.drop();
-      throw err;
-    }
-    const found = opened;
-    if (!found.started) early?.drop();
+      )
+      .catch((err: unknown) => {
+        early?.drop();
+        throw err;
+      });
+    // Refused, or the long way (a taken lease): its request, if any, is built and sent there.
+    if (!opened?.started) early?.drop();
+    if (!opened) throw notFound('Chat');
+    // The statement wrote only if these checks pass (its `usable`), so a refusal here wrote nothing.
+    const plan = checkPlan(opened.plan);
     const start = async (): Promise<StartedTurn> => {
-      const opened = found;
       if (opened.started)
         return this.launch(ctx, plan, opened.started.ids, options, timing, { ...opened.started, early });
       if (!opened.usable) return this.beginWith(ctx, plan, content, options, timing, true);
