@@ -7,7 +7,7 @@
 import { eq } from 'drizzle-orm';
 import { Agent } from 'undici';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { organizations, projects } from '../src/db/schema/index.js';
+import { chats, organizations, projects } from '../src/db/schema/index.js';
 import { type LeanModel, streamLean, type TurnModelStream } from '../src/llm/lean-client.js';
 import { type SpeculationOutcome, SpeculativeRequests } from '../src/llm/speculative-requests.js';
 import { addModel, type ChatTestApp, postStream, startChatApp, streamedText } from './chats-support.js';
@@ -89,6 +89,45 @@ describe('the model request of a chat’s next message, sent early', () => {
     ]);
     expect(await earlyRequests()).toEqual({ used: before.used + 1, dropped: before.dropped });
     expect(await storedContents(org, chatId)).toEqual(['one', 'First answer.', 'two', 'Second answer.']);
+  });
+
+  it('times the reply by the request it used: the model’s wait is the model’s, the statement’s the service’s', async () => {
+    const org = await orgWithModel();
+    const chatId = await chatAfterTurn(org, 'Noted.');
+    const before = await earlyRequests();
+    server.enqueue({ chunks: ['Later.'], firstTokenDelayMs: 50 });
+    // The turn's statement updates the chat: a transaction holding its row makes it wait, while
+    // the request sent early is answered (first chunk after 50 ms) and waits for the turn.
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let locked!: () => void;
+    const rowHeld = new Promise<void>((resolve) => {
+      locked = resolve;
+    });
+    const holding = t.deps.database.db.transaction(async (tx) => {
+      await tx.select({ id: chats.id }).from(chats).where(eq(chats.id, chatId)).for('update');
+      locked();
+      await released;
+    });
+    await rowHeld;
+    const sending = send(org, chatId, 'two');
+    await server.waitForRequests(2);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    release();
+    await holding;
+    const { events } = await sending;
+    expect(streamedText(events)).toBe('Later.');
+    expect(await earlyRequests()).toEqual({ used: before.used + 1, dropped: before.dropped });
+
+    const timing = (events.find((e) => e.event === 'done')!.data as any).message.timing;
+    // The request left before the wait and its first chunk came about 50 ms later: that is the
+    // model's time. The 500 ms the chunk then waited for the statement is the service's.
+    expect(timing.model_first_token_ms).toBeGreaterThanOrEqual(50);
+    expect(timing.model_first_token_ms).toBeLessThan(400);
+    expect(timing.overhead_ms).toBeGreaterThanOrEqual(300);
+    expect(timing.overhead_ms + timing.model_first_token_ms).toBeLessThanOrEqual(timing.total_ms);
   });
 
   it('a chat created empty after a turn in its context sends its first message’s request early too', async () => {

@@ -1,3 +1,4 @@
+import { performance } from 'node:perf_hooks';
 import { StringDecoder } from 'node:string_decoder';
 import { APICallError } from '@ai-sdk/provider';
 import { asSchema, type ModelMessage, type Tool } from 'ai';
@@ -65,6 +66,12 @@ export interface SentRequest {
  * dropped otherwise.
  */
 export interface EarlyRequest {
+  /** When it was sent (`performance.now()`): the turn's model time counts from here once taken. */
+  readonly sentAt: number;
+  /** Whether the turn's first model call took its response. */
+  readonly taken: boolean;
+  /** When its body's first bytes arrived, perhaps before the turn took it; null until then. */
+  readonly firstDataAt: number | null;
   take(model: LeanModel, payload: string, signal: AbortSignal): Promise<ModelResponse> | null;
   /** Aborts the request unless it was taken. */
   drop(): void;
@@ -583,6 +590,8 @@ const MAX_EARLY_CHARS = 16 * 1024;
 export class ModelResponse implements Dispatcher.DispatchHandlers {
   /** Set once the body is done (`complete`) or failed (`failure`). */
   complete = false;
+  /** When the body's first bytes arrived (`performance.now()`), perhaps before anyone read them. */
+  firstDataAt: number | null = null;
   failure: unknown = null;
   private readonly decoder = new StringDecoder('utf8');
   private sink_: { data(piece: string): boolean; ended(): void } | null = null;
@@ -656,6 +665,7 @@ export class ModelResponse implements Dispatcher.DispatchHandlers {
     const piece = this.decoder.write(chunk);
     if (!piece) return true;
     if (this.sink_ === null) {
+      this.firstDataAt ??= performance.now();
       this.early += piece;
       // A request sent early (speculative-requests.ts) may stream before its turn takes it: past a
       // few replies' worth, the model's bytes wait in the socket, not in this process's heap.

@@ -1,3 +1,4 @@
+import { performance } from 'node:perf_hooks';
 import {
   type EarlyRequest,
   type LeanModel,
@@ -137,8 +138,11 @@ const withMessage = (head: string, role: 'user' | 'assistant', content: string) 
   `${head}${head.endsWith('[') ? '' : ','}${JSON.stringify({ role, content })}`;
 
 class SpeculativeRequest implements EarlyRequest {
+  readonly sentAt = performance.now();
+  taken = false;
   private readonly controller = new AbortController();
   private response: Promise<ModelResponse> | null = null;
+  private answered: ModelResponse | null = null;
   private settled = false;
 
   constructor(
@@ -148,12 +152,21 @@ class SpeculativeRequest implements EarlyRequest {
   ) {
     try {
       this.response = post(model, payload, this.controller.signal);
-      // Dropped requests fail with the abort; a taken one's failure goes to its taker.
-      this.response.catch(() => {});
+      this.response.then(
+        (response) => {
+          this.answered = response;
+        },
+        // Dropped requests fail with the abort; a taken one's failure goes to its taker.
+        () => {},
+      );
     } catch {
       // The URL guard refused it: the turn's own request gets the same answer.
       this.settled = true;
     }
+  }
+
+  get firstDataAt(): number | null {
+    return this.answered?.firstDataAt ?? null;
   }
 
   take(model: LeanModel, payload: string, signal: AbortSignal): Promise<ModelResponse> | null {
@@ -163,6 +176,7 @@ class SpeculativeRequest implements EarlyRequest {
       return null;
     }
     this.settled = true;
+    this.taken = true;
     this.count('used');
     // The turn's abort (cancel, watchdog, shutdown) now ends this request.
     if (signal.aborted) this.controller.abort(signal.reason);

@@ -6,16 +6,30 @@ export interface TurnTimingView {
   queued_ms: number;
   /**
    * What the service itself added before the first token: request arrival to the model request,
-   * plus the model's first chunk to its first event written.
+   * plus the model's first chunk to its first event written. For a request sent early
+   * (llm/speculative-requests.ts) that the turn took: arrival to that request, and its first
+   * chunk's arrival (perhaps before the turn could read it) to the first event.
    */
   overhead_ms: number;
-  /** Model request to the model's first chunk; null when the model sent nothing. */
+  /** Model request to the model's first chunk (its arrival); null when the model sent nothing. */
   model_first_token_ms: number | null;
   /** Request arrival to the reply finished (written and charged). */
   total_ms: number;
 }
 
 const round = (ms: number) => Math.round(ms * 10) / 10;
+
+/** A model request sent before the turn built its own (llm/speculative-requests.ts). */
+export interface EarlySentRequest {
+  readonly sentAt: number;
+  /** The turn took its response: the model's time counts from `sentAt`. */
+  readonly taken: boolean;
+  /**
+   * When its first bytes arrived, if before the turn read them: the model's first token came
+   * then, and the wait for the turn is the service's.
+   */
+  readonly firstDataAt: number | null;
+}
 
 /**
  * The clock of one chat turn, on `performance.now()`. The runner marks a handful of moments; the
@@ -24,6 +38,7 @@ const round = (ms: number) => Math.round(ms * 10) / 10;
 export class TurnTiming {
   private startedAt: number | null = null;
   private modelRequestAt: number | null = null;
+  private early: EarlySentRequest | null = null;
   private firstChunkAt: number | null = null;
   private firstEventAt: number | null = null;
   private modelEndAt: number | null = null;
@@ -38,9 +53,27 @@ export class TurnTiming {
     this.startedAt ??= performance.now();
   }
 
-  /** Just before the model request is sent (each step after the first is model time). */
-  modelRequest(): void {
-    this.modelRequestAt ??= performance.now();
+  /**
+   * Just before the model request is sent (each step after the first is model time). `early`: a
+   * request already sent for this turn; if the turn takes it, the model's time started when it
+   * left, and what came before counts as the service's only up to then.
+   */
+  modelRequest(early: EarlySentRequest | null = null): void {
+    if (this.modelRequestAt !== null) return;
+    this.modelRequestAt = performance.now();
+    this.early = early;
+  }
+
+  /** When the model request the turn used was sent. */
+  private requestAt(): number | null {
+    return this.early?.taken ? this.early.sentAt : this.modelRequestAt;
+  }
+
+  /** When the model's first chunk arrived (for an early request, perhaps before the turn read it). */
+  private chunkAt(): number | null {
+    if (this.firstChunkAt === null) return null;
+    const arrived = this.early?.taken ? this.early.firstDataAt : null;
+    return arrived !== null && arrived < this.firstChunkAt ? arrived : this.firstChunkAt;
   }
 
   /** The model's first chunk that becomes an event (text, a tool call). */
@@ -74,24 +107,23 @@ export class TurnTiming {
   view(): TurnTimingView {
     const end = this.endAt ?? performance.now();
     const started = this.startedAt ?? end;
-    const beforeModel = (this.modelRequestAt ?? end) - this.arrivedAt;
-    const afterChunk =
-      this.firstChunkAt !== null && this.firstEventAt !== null ? this.firstEventAt - this.firstChunkAt : 0;
+    const requestAt = this.requestAt();
+    const chunkAt = this.chunkAt();
+    const beforeModel = (requestAt ?? end) - this.arrivedAt;
+    const afterChunk = chunkAt !== null && this.firstEventAt !== null ? this.firstEventAt - chunkAt : 0;
     return {
       queued_ms: round(started - this.arrivedAt),
       overhead_ms: round(beforeModel + afterChunk),
-      model_first_token_ms:
-        this.modelRequestAt !== null && this.firstChunkAt !== null
-          ? round(this.firstChunkAt - this.modelRequestAt)
-          : null,
+      model_first_token_ms: requestAt !== null && chunkAt !== null ? round(chunkAt - requestAt) : null,
       total_ms: round(end - this.arrivedAt),
     };
   }
 
   /** Model request to the end of the model's stream (tool calls between steps included). */
   modelMs(): number {
-    if (this.modelRequestAt === null) return 0;
-    return round((this.modelEndAt ?? this.endAt ?? performance.now()) - this.modelRequestAt);
+    const requestAt = this.requestAt();
+    if (requestAt === null) return 0;
+    return round((this.modelEndAt ?? this.endAt ?? performance.now()) - requestAt);
   }
 
   /**

@@ -803,7 +803,7 @@ export class TurnRunner {
           retry,
         );
     watchdog.start();
-    timing.modelRequest();
+    timing.modelRequest(lean ? (known?.early ?? null) : null);
     if (lean) {
       return streamLean(lean, {
         early: known?.early,
