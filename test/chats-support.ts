@@ -238,7 +238,9 @@ export function expectTiming(timing: any) {
   });
   expect(timing.queued_ms).toBeGreaterThanOrEqual(0);
   expect(timing.model_first_token_ms).toBeGreaterThanOrEqual(0);
-  expect(timing.queued_ms).toBeLessThanOrEqual(timing.overhead_ms);
+  // Not queued <= overhead: a request sent early (llm/speculative-requests.ts) leaves while the
+  // turn is still being written, so the model's time overlaps the queue.
+  expect(timing.queued_ms).toBeLessThanOrEqual(timing.total_ms);
   expect(timing.overhead_ms).toBeLessThanOrEqual(timing.total_ms);
   expect(timing.overhead_ms + timing.model_first_token_ms).toBeLessThanOrEqual(timing.total_ms + 0.1);
 }
