@@ -28,6 +28,8 @@ export interface Config {
   turnLeaseMs: number;
   /** A model silent this long fails the turn. */
   modelIdleTimeoutMs: number;
+  /** Whether a chat's next model request may be sent before its turn's statement answers. */
+  earlyModelRequests: boolean;
   /** How long a tool call needing approval waits for a decision before it counts as denied. */
   approvalTimeoutMs: number;
   /** Hard bounds on extracting one uploaded document (see DOCUMENT_LIMIT_DEFAULTS). */
@@ -204,6 +206,7 @@ export function loadConfig(env: Env = process.env): Config {
     shutdownGraceMs: integer(env, 'SHUTDOWN_GRACE_MS', 25_000, 0),
     turnLeaseMs: integer(env, 'TURN_LEASE_MS', 60_000, 1000),
     modelIdleTimeoutMs: integer(env, 'MODEL_IDLE_TIMEOUT_MS', 120_000, 1000),
+    earlyModelRequests: boolean(env, 'EARLY_MODEL_REQUESTS', true),
     approvalTimeoutMs: integer(env, 'APPROVAL_TIMEOUT_MS', 600_000, 1),
     documentLimits: documentLimits(env),
     logLevel,

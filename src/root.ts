@@ -119,6 +119,7 @@ export async function createRoot(config: Config, options: RootOptions = {}): Pro
         ...DEFAULT_TURN_SETTINGS,
         leaseMs: config.turnLeaseMs,
         modelIdleMs: config.modelIdleTimeoutMs,
+        earlyRequests: config.earlyModelRequests,
         ...options.turnSettings,
       },
       log,

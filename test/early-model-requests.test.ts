@@ -62,6 +62,31 @@ async function chatAfterTurn(org: TestOrg, reply: string): Promise<number> {
   return chatId;
 }
 
+/**
+ * Holds the chat's row in a transaction until the returned function is called: the turn's statement,
+ * which updates the chat, waits meanwhile (both backends).
+ */
+async function holdChatRow(app: ChatTestApp, chatId: number): Promise<() => Promise<void>> {
+  let release!: () => void;
+  const released = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  let locked!: () => void;
+  const rowHeld = new Promise<void>((resolve) => {
+    locked = resolve;
+  });
+  const holding = app.deps.database.db.transaction(async (tx) => {
+    await tx.select({ id: chats.id }).from(chats).where(eq(chats.id, chatId)).for('update');
+    locked();
+    await released;
+  });
+  await rowHeld;
+  return () => {
+    release();
+    return holding;
+  };
+}
+
 const wireMessages = (body: { messages: { role: string; content: string }[] }) =>
   body.messages.filter((m) => m.role !== 'system').map((m) => [m.role, m.content]);
 
@@ -96,27 +121,13 @@ describe('the model request of a chat’s next message, sent early', () => {
     const chatId = await chatAfterTurn(org, 'Noted.');
     const before = await earlyRequests();
     server.enqueue({ chunks: ['Later.'], firstTokenDelayMs: 50 });
-    // The turn's statement updates the chat: a transaction holding its row makes it wait, while
-    // the request sent early is answered (first chunk after 50 ms) and waits for the turn.
-    let release!: () => void;
-    const released = new Promise<void>((resolve) => {
-      release = resolve;
-    });
-    let locked!: () => void;
-    const rowHeld = new Promise<void>((resolve) => {
-      locked = resolve;
-    });
-    const holding = t.deps.database.db.transaction(async (tx) => {
-      await tx.select({ id: chats.id }).from(chats).where(eq(chats.id, chatId)).for('update');
-      locked();
-      await released;
-    });
-    await rowHeld;
+    // The request sent early is answered (first chunk after 50 ms) while the turn's statement
+    // waits for the chat's row, and its chunks wait for the turn.
+    const release = await holdChatRow(t, chatId);
     const sending = send(org, chatId, 'two');
     await server.waitForRequests(2);
     await new Promise((resolve) => setTimeout(resolve, 500));
-    release();
-    await holding;
+    await release();
     const { events } = await sending;
     expect(streamedText(events)).toBe('Later.');
     expect(await earlyRequests()).toEqual({ used: before.used + 1, dropped: before.dropped });
@@ -268,5 +279,46 @@ describe('the lean client with a request sent early', () => {
     expect(fresh).not.toBeNull();
     fresh!.drop();
     expect(counted).toEqual(['used', 'dropped']);
+  });
+});
+
+describe('EARLY_MODEL_REQUESTS=false', () => {
+  let off: ChatTestApp;
+  beforeAll(async () => {
+    off = await startChatApp({ env: { EARLY_MODEL_REQUESTS: 'false' } });
+  });
+  afterAll(() => off?.close());
+
+  it('sends a chat’s model request only once its turn’s statement answered', async () => {
+    const org = await createOrg(off);
+    await addModel(off, org.organizationId, {
+      baseUrl: server.baseUrl,
+      model: 'local-llama',
+      makeDefault: true,
+    });
+    const created = await call(off, 'POST', '/api/v2/chats', {
+      key: org.orgKey,
+      body: { project_id: org.projectId },
+    });
+    expectStatus(created, 201);
+    const chatId = created.body.response.chat.id as number;
+    const message = (content: string) =>
+      postStream(off.baseUrl, `/api/v2/chats/${chatId}/messages`, org.orgKey, { content, stream: true });
+    server.enqueue({ chunks: ['Noted.'] }, { chunks: ['Later.'] });
+    expect(streamedText((await message('one')).events)).toBe('Noted.');
+
+    const release = await holdChatRow(off, chatId);
+    const sending = message('two');
+    // Switched on, the request would reach the model now (the test above).
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    expect(server.chatRequests()).toHaveLength(1);
+    await release();
+    expect(streamedText((await sending).events)).toBe('Later.');
+    expect(server.chatRequests()).toHaveLength(2);
+    expect(wireMessages(server.chatRequests()[1]!.body)).toEqual([
+      ['user', 'one'],
+      ['assistant', 'Noted.'],
+      ['user', 'two'],
+    ]);
   });
 });

@@ -58,6 +58,7 @@ export class SpeculativeRequests {
 
   constructor(
     private readonly count: (outcome: SpeculationOutcome) => void = () => {},
+    /** Payloads kept at most; 0 keeps nothing and sends nothing early (EARLY_MODEL_REQUESTS=false). */
     private readonly maxBytes = 16 * 1024 * 1024,
   ) {}
 
@@ -75,7 +76,7 @@ export class SpeculativeRequests {
     historyLimit: number,
   ): void {
     this.forget(chatId);
-    if (sent.count + 2 > historyLimit) return;
+    if (this.maxBytes === 0 || sent.count + 2 > historyLimit) return;
     const key = contextKey(owner, context);
     this.firsts.delete(key);
     this.firsts.set(key, { model: sent.model, head: sent.base, tail: sent.tail });

@@ -64,6 +64,8 @@ export interface TurnSettings {
   maxRetries: number;
   /** Finished messages of the chat sent to the model as context. */
   historyLimit: number;
+  /** A chat's next model request may go before its turn's statement answers (llm/speculative-requests.ts). */
+  earlyRequests: boolean;
 }
 
 export const DEFAULT_TURN_SETTINGS: TurnSettings = {
@@ -72,6 +74,7 @@ export const DEFAULT_TURN_SETTINGS: TurnSettings = {
   maxSteps: 8,
   maxRetries: 2,
   historyLimit: 100,
+  earlyRequests: true,
 };
 
 /** Tools of a chat without an agent: the project's knowledge and its connected tool servers. */
@@ -153,7 +156,8 @@ export class TurnRunner {
       countEarlyRequest?: (outcome: SpeculationOutcome) => void;
     },
   ) {
-    this.early = new SpeculativeRequests(deps.countEarlyRequest);
+    // Off (EARLY_MODEL_REQUESTS=false): no payload is kept, so nothing is ever sent early.
+    this.early = new SpeculativeRequests(deps.countEarlyRequest, deps.settings.earlyRequests ? undefined : 0);
     // Every running turn listens for the shutdown; hundreds at once are expected, not a leak.
     setMaxListeners(0, this.shutdown.signal);
     this.approvals = new ApprovalWaits(deps.streams.notifier, deps.log);
