@@ -326,6 +326,9 @@ describe('configuration', () => {
   it('rejects a bad value naming the variable', () => {
     expect(() => loadConfig({ PORT: 'abc' })).toThrow(/^PORT must be/);
     expect(() => loadConfig({ OUTBOUND_ALLOW_PRIVATE: 'yes' })).toThrow(/OUTBOUND_ALLOW_PRIVATE/);
+    expect(() => loadConfig({ EARLY_MODEL_REQUESTS: 'maybe' })).toThrow(
+      'EARLY_MODEL_REQUESTS must be true or false, got "maybe"',
+    );
     expect(() => loadConfig({ LLM_PROVIDER: 'openai-compatible', LLM_MODEL: 'm' })).toThrow(/LLM_BASE_URL/);
     expect(() => loadConfig({ DATABASE_URL: 'mysql://x' })).toThrow(/DATABASE_URL/);
   });
@@ -343,6 +346,8 @@ describe('configuration', () => {
       outboundAllowPrivate: false,
       llm: null,
       webhookRetryBaseMs: 10000,
+      earlyModelRequests: true,
     });
+    expect(loadConfig({ EARLY_MODEL_REQUESTS: 'false' }).earlyModelRequests).toBe(false);
   });
 });
