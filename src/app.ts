@@ -4,12 +4,18 @@ import rateLimit from '@fastify/rate-limit';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify';
+import Fastify, {
+  type FastifyInstance,
+  type FastifyReply,
+  type FastifyRequest,
+  type FastifyServerOptions,
+} from 'fastify';
 import { Redis } from 'ioredis';
 import type { AppDeps } from './core/deps.js';
 import { authenticate, keyHashOf } from './http/auth.js';
-import { ApiError, sendError } from './http/errors.js';
+import { ApiError, clientErrorHandler, sendError } from './http/errors.js';
 import { registerIdempotency } from './http/idempotency.js';
+import { registerJsonBody } from './http/json-body.js';
 import { openApiOptions, referencePageOptions } from './http/openapi.js';
 import { validatorCompiler } from './http/validation.js';
 import { agentRoutes } from './modules/agents/routes.js';
@@ -100,6 +106,7 @@ export async function buildApp(deps: AppDeps, options: BuildOptions = {}): Promi
     // The router's own refusals (bad percent-encoding, a parameter past maxParamLength) answer in
     // the API family's envelope like every other error, never in Fastify's body.
     frameworkErrors: (error, request, reply) => sendError(request, reply, routerError(error)),
+    clientErrorHandler,
     return503OnClosing: true,
     forceCloseConnections: 'idle',
     // Avvio's plugin timeout (10 s by default) also bounds close(), whose preClose hook waits for
@@ -123,6 +130,7 @@ export async function buildApp(deps: AppDeps, options: BuildOptions = {}): Promi
   app.decorateRequest('keyHash', null);
   app.setValidatorCompiler(validatorCompiler);
   app.setErrorHandler((error, request, reply) => sendError(request, reply, error));
+  registerJsonBody(app);
   app.setNotFoundHandler((request, reply) =>
     sendError(
       request,
@@ -164,7 +172,10 @@ export async function buildApp(deps: AppDeps, options: BuildOptions = {}): Promi
     await redis?.quit().catch(() => {});
   });
   await app.register(rateLimit, {
-    global: true,
+    // Not per route (the plugin's route hooks run after the application's, so after
+    // authentication, and a request without a valid key was never counted): one application hook,
+    // added below before authentication, counts every /api/ request, a key-guessing one included.
+    global: false,
     max: config.rateLimitPerMinute,
     timeWindow: 60_000,
     redis: redis ?? undefined,
@@ -177,16 +188,21 @@ export async function buildApp(deps: AppDeps, options: BuildOptions = {}): Promi
       const keyHash = keyHashOf(request);
       return keyHash ? `key:${keyHash}` : `ip:${request.ip}`;
     },
-    errorResponseBuilder: (_request, context) =>
-      new ApiError(
-        429,
-        'rate_limited',
-        `Rate limit of ${context.max} requests per minute reached; retry in ${context.after}`,
-      ),
+    errorResponseBuilder: (_request, context) => rateLimited(context.max, context.after),
   });
+  // A key nobody holds also counts against the caller's address: keyed by the key alone, a guesser
+  // would get a fresh budget with every guess.
+  const unknownKeys = app.createRateLimit({ keyGenerator: (request) => `unknown-key:${request.ip}` });
+  const limitUnknownKeys = async (request: FastifyRequest, reply: FastifyReply) => {
+    const limit = await unknownKeys(request);
+    if (limit.isAllowed || !limit.isExceeded) return;
+    reply.header('retry-after', limit.ttlInSeconds);
+    throw rateLimited(limit.max, `${limit.ttlInSeconds} seconds`);
+  };
 
   const metrics = registerMetrics(app);
-  app.addHook('onRequest', authenticate(deps.database, deps.streams.notifier));
+  app.addHook('onRequest', app.rateLimit());
+  app.addHook('onRequest', authenticate(deps.database, deps.streams.notifier, limitUnknownKeys));
   registerIdempotency(app, { lockMs: config.replyTimeoutMs + 60_000 });
 
   await app.register(operationRoutes(metrics));
@@ -206,4 +222,12 @@ export async function buildApp(deps: AppDeps, options: BuildOptions = {}): Promi
   );
 
   return app;
+}
+
+function rateLimited(max: number, after: string): ApiError {
+  return new ApiError(
+    429,
+    'rate_limited',
+    `Rate limit of ${max} requests per minute reached; retry in ${after}`,
+  );
 }

@@ -1,5 +1,5 @@
 import { and, eq, isNull, or, sql } from 'drizzle-orm';
-import type { FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Principal } from '../core/principal.js';
 import { PRINCIPALS_CHANNEL, PrincipalCache } from '../core/principal-cache.js';
 import type { Database } from '../db/client.js';
@@ -56,7 +56,12 @@ interface KeyRow {
  * holds a live LISTEN on the principals channel; dropped at once when it announces a change of
  * keys, users or organizations.
  */
-export function authenticate(database: Database, notifier?: Notifier) {
+export function authenticate(
+  database: Database,
+  notifier?: Notifier,
+  /** Called before a key nobody holds is refused; may throw instead (the caller's rate limit). */
+  onUnknownKey?: (request: FastifyRequest, reply: FastifyReply) => Promise<void>,
+) {
   const cache = new PrincipalCache<KeyRow>(database.db);
   if (notifier) {
     // Entries are trusted past 1 s only while the LISTEN is live; losing or regaining it drops them.
@@ -104,7 +109,7 @@ export function authenticate(database: Database, notifier?: Notifier) {
       role: row.role,
     };
   };
-  return async function authHook(request: FastifyRequest) {
+  return async function authHook(request: FastifyRequest, reply: FastifyReply) {
     const family = familyOf(request.url);
     const access: Access =
       request.routeOptions.config?.access ?? (family === 'plain' ? 'public' : 'organization');
@@ -118,6 +123,7 @@ export function authenticate(database: Database, notifier?: Notifier) {
     const row = await cache.resolve(keyHash, () => load(keyHash, request));
 
     if (!row) {
+      await onUnknownKey?.(request, reply);
       // Spec 5: an invalid or revoked key is 403 on chat endpoints, 401 on v1 (DESIGN.md 4).
       const status = family === 'v2' ? 403 : 401;
       throw new ApiError(status, 'invalid_api_key', 'Invalid or revoked API key');

@@ -1,3 +1,5 @@
+import { STATUS_CODES } from 'node:http';
+import type { Socket } from 'node:net';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 
 export type Details = Record<string, string[]>;
@@ -157,4 +159,34 @@ export function sendError(request: FastifyRequest, reply: FastifyReply, error: u
   const apiError = toApiError(family, error);
   if (apiError.status >= 500) request.log.error({ err: error }, 'request failed');
   return reply.status(apiError.status).send(errorBody(family, apiError));
+}
+
+/**
+ * Node's HTTP parser refused the request (a malformed request line or header, headers too large, a
+ * request too slow to arrive): answered in the family's error body like every other refusal, not
+ * Fastify's own. The family comes from the request line, as far as it was read.
+ */
+export function clientErrorHandler(
+  this: { log: { trace: (obj: object, msg: string) => void } },
+  err: Error & { code?: string; rawPacket?: unknown },
+  socket: Socket,
+): void {
+  if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  const error =
+    err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+      ? new ApiError(408, 'request_timeout', 'The request did not arrive in time')
+      : err.code === 'HPE_HEADER_OVERFLOW'
+        ? new ApiError(431, 'headers_too_large', 'The request headers are too large')
+        : new ApiError(400, 'invalid_request', 'The HTTP request is malformed');
+  this.log.trace({ err }, 'client error');
+  if (socket.writable) {
+    const line = Buffer.isBuffer(err.rawPacket) ? err.rawPacket.toString('latin1', 0, 256) : '';
+    const target = /^[A-Z]+ (\S+)/.exec(line)?.[1] ?? '';
+    const body = JSON.stringify(errorBody(familyOf(target), error));
+    socket.write(
+      `HTTP/1.1 ${error.status} ${STATUS_CODES[error.status]}\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
+        `Content-Type: application/json; charset=utf-8\r\nConnection: close\r\n\r\n${body}`,
+    );
+  }
+  socket.destroy(err);
 }

@@ -29,4 +29,11 @@ export function pagination(query: PageQuery, totalCount: number): Pagination {
   };
 }
 
-export const offsetOf = (query: PageQuery) => (query.page - 1) * query.page_size;
+/**
+ * The rows a page skips. Any positive page is valid, however far past the end (an empty page);
+ * beyond what a 32-bit offset holds (the statements' `int` parameters) every page is empty anyway,
+ * so the offset stops there instead of failing the statement.
+ */
+export const offsetOf = (query: PageQuery) => Math.min((query.page - 1) * query.page_size, MAX_OFFSET);
+
+const MAX_OFFSET = 2_147_483_647;

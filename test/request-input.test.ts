@@ -1,0 +1,238 @@
+import { connect } from 'node:net';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { createArtifactType, createSkill, useFakeModel } from './artifacts-fixtures.js';
+import {
+  buildTestApp,
+  call,
+  createOrg,
+  expectStatus,
+  expectV1Error,
+  expectV2Error,
+  startTestServer,
+  type TestApp,
+  type TestOrg,
+} from './helpers/app.js';
+import { type FakeModelServer, startFakeModelServer } from './helpers/fake-model-server.js';
+
+const JSON_TYPE = { 'content-type': 'application/json' };
+
+describe('request input: integers, empty bodies, unstorable text', () => {
+  let t: TestApp;
+  let fake: FakeModelServer;
+  let org: TestOrg;
+  let chatId: number;
+  let memoSlug: string;
+  let skillId: number;
+
+  beforeAll(async () => {
+    fake = await startFakeModelServer();
+    t = await buildTestApp();
+    org = await createOrg(t);
+    await useFakeModel(t, org, fake);
+    const chat = await call(t, 'POST', '/api/v2/chats', {
+      key: org.orgKey,
+      body: { project_id: org.projectId },
+    });
+    expectStatus(chat, 201);
+    chatId = chat.body.response.chat.id;
+    const memo = await createArtifactType(t, org, 'memo', 'Memo');
+    memoSlug = memo.slug;
+    skillId = (
+      await createSkill(t, org, {
+        name: 'Topic',
+        content: 'About {custom.topic}.',
+        variables: ['topic'],
+        typeIds: [memo.id],
+      })
+    ).id;
+  });
+  afterAll(async () => {
+    await t.close();
+    await fake.close();
+  });
+  beforeEach(() => fake.reset());
+
+  it('refuses integers in paths and query strings that are not written in digits', async () => {
+    for (const q of ['page=1e1', 'page=0x2', 'page=%201', 'page=%2B1', 'page_size=1.0', 'page_size=1e2']) {
+      expectV2Error(await call(t, 'GET', `/api/v2/chats?${q}`, { key: org.orgKey }), 400, 'invalid_request');
+      expectV1Error(await call(t, 'GET', `/api/v1/users?${q}`, { key: org.orgKey }), 400, 'invalid_request');
+    }
+    for (const id of ['1e1', `${chatId}.0`, '0x1']) {
+      expectV2Error(await call(t, 'GET', `/api/v2/chats/${id}`, { key: org.orgKey }), 400, 'invalid_request');
+    }
+    // Digits still work, leading zeros included.
+    const page = await call(t, 'GET', '/api/v2/chats?page=01&page_size=007', { key: org.orgKey });
+    expectStatus(page, 200);
+    expect(page.body.response.pagination).toMatchObject({ page: 1, page_size: 7 });
+    expectStatus(await call(t, 'GET', `/api/v2/chats/${chatId}`, { key: org.orgKey }), 200);
+  });
+
+  it('answers a page far past the end with an empty page, never a database error', async () => {
+    for (const page of ['21474838', '2147483648', '999999999999999']) {
+      const list = await call(t, 'GET', `/api/v2/chats?page=${page}&page_size=100`, { key: org.orgKey });
+      expectStatus(list, 200);
+      expect(list.body.response.chats).toEqual([]);
+      expect(list.body.response.pagination).toMatchObject({ page: Number(page), total_count: 1 });
+      const history = await call(t, 'GET', `/api/v2/chats/${chatId}/messages?page=${page}&page_size=100`, {
+        key: org.orgKey,
+      });
+      expectStatus(history, 200);
+      expect(history.body.response.messages).toEqual([]);
+      const users = await call(t, 'GET', `/api/v1/users?page=${page}&page_size=100`, { key: org.orgKey });
+      expectStatus(users, 200);
+      expect(users.body.users).toEqual([]);
+    }
+  });
+
+  it('lets a request without a body but with a JSON content type reach a route that takes none', async () => {
+    const project = await call(t, 'POST', '/api/v1/projects', {
+      key: org.orgKey,
+      body: { name: 'Short-lived', group_ids: [org.defaultGroupId] },
+    });
+    expectStatus(project, 201);
+    const archived = await call(t, 'POST', `/api/v1/projects/${project.body.project.id}/archive`, {
+      key: org.orgKey,
+      headers: JSON_TYPE,
+    });
+    expectStatus(archived, 200);
+    expectV1Error(
+      await call(t, 'DELETE', '/api/v1/projects/999999', { key: org.orgKey, headers: JSON_TYPE }),
+      404,
+    );
+    const chat = await call(t, 'POST', '/api/v2/chats', {
+      key: org.orgKey,
+      body: { project_id: org.projectId },
+    });
+    const removed = await call(t, 'DELETE', `/api/v2/chats/${chat.body.response.chat.id}`, {
+      key: org.orgKey,
+      headers: JSON_TYPE,
+    });
+    expect(removed.status).toBe(204);
+    // A route that takes a body still calls an empty one malformed.
+    expectV1Error(
+      await call(t, 'POST', '/api/v1/projects', { key: org.orgKey, headers: JSON_TYPE, body: '' }),
+      400,
+      'malformed_json',
+    );
+  });
+
+  it('refuses a NUL character or a lone surrogate with a 400 naming the field, before the model runs', async () => {
+    const generate = (body: string, stream = false) =>
+      call(
+        t,
+        'POST',
+        `/api/v1/artifact_types/${memoSlug}/artifacts${stream ? '/stream' : ''}?project_id=${org.projectId}`,
+        {
+          key: org.orgKey,
+          headers: JSON_TYPE,
+          body,
+        },
+      );
+    const nul = `{"skill_id":${skillId},"inputs":[{"name":"topic","value":"a\\u0000b"}]}`;
+    for (const stream of [false, true]) {
+      const res = await generate(nul, stream);
+      expectV1Error(res, 400, 'invalid_request');
+      expect(res.body.error.details).toEqual({
+        'inputs.0.value': ['must not contain a NUL character or a lone surrogate'],
+      });
+    }
+    const surrogate = await generate(`{"skill_id":${skillId},"inputs":[],"name":"\\udfff"}`);
+    expectV1Error(surrogate, 400, 'invalid_request');
+    expect(Object.keys(surrogate.body.error.details)).toEqual(['name']);
+    const chat = await call(t, 'POST', `/api/v2/chats/${chatId}/messages`, {
+      key: org.orgKey,
+      headers: JSON_TYPE,
+      body: '{"content":"hi \\ud800 there"}',
+    });
+    expectV2Error(chat, 400, 'invalid_request');
+    expect(fake.chatRequests()).toHaveLength(0);
+    // An escaped backslash before "u0000" is text, and a surrogate pair is one character.
+    fake.enqueue({ text: 'Done.' });
+    const fine = await generate(
+      `{"skill_id":${skillId},"inputs":[{"name":"topic","value":"\\\\u0000 \\ud83d\\ude00"}]}`,
+    );
+    expectStatus(fine, 201);
+  });
+});
+
+describe('rate limiting of requests without a valid key', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await buildTestApp({ RATE_LIMIT_PER_MINUTE: '3' });
+  });
+  afterAll(() => t.close());
+
+  it('counts requests without a key against the address', async () => {
+    for (let i = 0; i < 3; i++) expectV1Error(await call(t, 'GET', '/api/v1/projects'), 401);
+    const limited = await call(t, 'GET', '/api/v1/projects');
+    expectV1Error(limited, 429, 'rate_limited');
+    expect(String(limited.headers['retry-after'])).toMatch(/^\d+$/);
+  });
+
+  it('counts keys nobody holds against the address too, however many are tried', async () => {
+    const guess = (i: number, family: 'v1' | 'v2') =>
+      call(t, 'GET', family === 'v1' ? '/api/v1/projects' : '/api/v2/chats', {
+        key: `sk_org_guess${i}${Math.random()}`,
+        remoteAddress: '10.0.0.7',
+      });
+    expectV1Error(await guess(1, 'v1'), 401);
+    expectV2Error(await guess(2, 'v2'), 403);
+    expectV1Error(await guess(3, 'v1'), 401);
+    const limited = await guess(4, 'v2');
+    expectV2Error(limited, 429, 'rate_limited');
+    expect(String(limited.headers['retry-after'])).toMatch(/^\d+$/);
+    expectV1Error(await guess(5, 'v1'), 429, 'rate_limited');
+    // A valid key from the same address keeps its own budget.
+    const org = await call(t, 'GET', '/api/v1/projects', {
+      key: t.boot.organization_key,
+      remoteAddress: '10.0.0.7',
+    });
+    expectStatus(org, 200);
+  });
+});
+
+describe('requests the HTTP parser refuses', () => {
+  let t: TestApp;
+  beforeAll(async () => {
+    t = await startTestServer();
+  });
+  afterAll(() => t.close());
+
+  /** Sends raw bytes and reads the whole answer (the server closes the connection). */
+  function raw(bytes: Buffer): Promise<{ status: number; body: any }> {
+    const { port } = new URL(t.baseUrl);
+    return new Promise((resolve, reject) => {
+      const socket = connect(Number(port), '127.0.0.1', () => socket.end(bytes));
+      const chunks: Buffer[] = [];
+      socket.on('data', (chunk) => chunks.push(chunk));
+      socket.on('error', reject);
+      socket.on('close', () => {
+        const text = Buffer.concat(chunks).toString('utf8');
+        const [head, body] = text.split('\r\n\r\n');
+        resolve({ status: Number(head!.split(' ')[1]), body: JSON.parse(body!) });
+      });
+    });
+  }
+
+  it('answers a malformed request line in the family error body', async () => {
+    const line = (path: string) =>
+      Buffer.concat([
+        Buffer.from(`GET ${path}?page=`),
+        Buffer.from([0xef, 0xbc, 0x91]),
+        Buffer.from(' HTTP/1.1\r\nHost: x\r\n\r\n'),
+      ]);
+    const v2 = await raw(line('/api/v2/chats'));
+    expect(v2).toEqual({
+      status: 400,
+      body: {
+        status: 'error',
+        response: { code: 400, error: 'invalid_request', message: 'The HTTP request is malformed' },
+      },
+    });
+    const v1 = await raw(line('/api/v1/projects'));
+    expect(v1).toEqual({
+      status: 400,
+      body: { error: { message: 'The HTTP request is malformed', code: 'invalid_request', details: {} } },
+    });
+  });
+});
