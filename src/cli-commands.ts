@@ -1,4 +1,5 @@
 import { parseArgs } from 'node:util';
+import { fullFormats } from 'ajv-formats/dist/formats.js';
 import { eq } from 'drizzle-orm';
 import { type Config, ConfigError, loadConfig } from './config.js';
 import { createSecretBox, resolveSecret } from './crypto/secret-box.js';
@@ -70,6 +71,9 @@ async function createKey(database: Database, args: string[]) {
     const [org] = await database.db.select().from(organizations).where(eq(organizations.id, organizationId));
     if (!org) throw new UsageError(`organization ${organizationId} does not exist`);
   }
+  // As the API refuses it (422): an organization or super admin key belongs to no user.
+  if (values.user !== undefined && kind !== 'personal')
+    throw new UsageError('--user is only for personal keys');
   let userId: number | null = null;
   if (kind === 'personal') {
     userId = positiveInt(values.user, '--user');
@@ -110,6 +114,9 @@ async function run(argv: string[]): Promise<number> {
             organization: { type: 'string' },
           },
         });
+        // The rule the API holds users' emails to (ajv-formats' `email`, src/http/validation.ts).
+        if (values.email !== undefined && !(fullFormats.email as RegExp).test(values.email))
+          throw new UsageError(`--email must be an email address, got "${values.email}"`);
         const secrets = createSecretBox(resolveSecret(config.secretKey, config.dataDir).secret);
         const result = await bootstrap(database, { config, secrets }, values);
         if (values.json) process.stdout.write(`${JSON.stringify(result)}\n`);
