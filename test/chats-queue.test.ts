@@ -159,6 +159,22 @@ describe('if_busy', () => {
         stream_url: `/api/v2/chats/${chatId}/stream`,
       });
     }
+    // Streamed, the error event carries the same code and running turn.
+    for (const ifBusy of [undefined, 'reject']) {
+      const refused = await streamSend(org, chatId, { content: 'Hello?', if_busy: ifBusy }).done;
+      expect(refused.events).toEqual([
+        {
+          id: '1',
+          event: 'error',
+          data: {
+            message: expect.any(String),
+            code: 409,
+            error: 'turn_in_progress',
+            running_turn: { id: expect.any(Number), stream_url: `/api/v2/chats/${chatId}/stream` },
+          },
+        },
+      ]);
+    }
     // The stream URL reattaches to that turn.
     const reattached = await readSse(`${t.baseUrl}/api/v2/chats/${chatId}/stream`, { key: org.orgKey });
     expect(textOf(reattached)).toBe(SLOW_REPLY);
@@ -281,7 +297,11 @@ describe('if_busy', () => {
     expectV2Error(full, 409, 'queue_full');
     const fullStream = await streamSend(org, chatId, { content: 'm11', if_busy: 'enqueue' }).done;
     expect(fullStream.events).toEqual([
-      { id: '1', event: 'error', data: { message: expect.stringMatching(/10 messages/), code: 409 } },
+      {
+        id: '1',
+        event: 'error',
+        data: { message: expect.stringMatching(/10 messages/), code: 409, error: 'queue_full' },
+      },
     ]);
     const waiting = await queueOf(org, chatId);
     expect(waiting.map((q) => q.content)).toEqual(Array.from({ length: 10 }, (_, i) => `m${i + 1}`));

@@ -615,6 +615,7 @@ describe('chat turns against a model server', () => {
           data: {
             message: expect.any(String),
             code: 500,
+            error: 'model_error',
             chat: expect.objectContaining({ id: expect.any(Number), title: 'Hi again' }),
           },
         },
@@ -636,7 +637,11 @@ describe('chat turns against a model server', () => {
       });
       expect(eventKinds(res.events)).toEqual(['content', 'error']);
       expect(streamedText(res.events)).toBe('Part one');
-      expect(res.events.at(-1)!.data).toEqual({ message: expect.any(String), code: 500 });
+      expect(res.events.at(-1)!.data).toEqual({
+        message: expect.any(String),
+        code: 500,
+        error: 'model_error',
+      });
       expect((await historyOf(t, org, chat.id)).map((m: any) => [m.role, m.content, m.status])).toEqual([
         ['user', 'Hi', 'failed'],
         ['assistant', 'Part one', 'failed'],
@@ -705,7 +710,20 @@ describe('chat turns against a model server', () => {
         stream: true,
       });
       expect(streamed.status).toBe(200);
-      expect(streamed.events).toEqual([{ event: 'error', data: { message: expect.any(String), code: 409 } }]);
+      expect(streamed.events).toEqual([
+        {
+          event: 'error',
+          data: {
+            message: expect.any(String),
+            code: 409,
+            error: 'turn_in_progress',
+            running_turn: {
+              id: expect.any(Number),
+              stream_url: expect.stringMatching(/^\/api\/v2\/chats\/\d+\/stream$/),
+            },
+          },
+        },
+      ]);
       // Longer than the 600 ms lease: only renewal keeps the chat locked.
       await sleep(800);
       expectV2Error(
@@ -799,7 +817,10 @@ describe('chat turns against a model server', () => {
       await other.app.close();
       const res = await stream;
       expect(res.events).toEqual([
-        { event: 'error', data: { message: expect.stringMatching(/shut down/), code: 500 } },
+        {
+          event: 'error',
+          data: { message: expect.stringMatching(/shut down/), code: 500, error: 'turn_cancelled' },
+        },
       ]);
       const rows = await t.deps.database.db
         .select()
@@ -941,7 +962,10 @@ describe('streams outlast REPLY_TIMEOUT_MS (it bounds non-streaming requests onl
       stream: true,
     });
     expect(res.events).toEqual([
-      { event: 'error', data: { message: expect.stringMatching(/did not respond/), code: 500 } },
+      {
+        event: 'error',
+        data: { message: expect.stringMatching(/did not respond/), code: 500, error: 'model_timeout' },
+      },
     ]);
   });
 
@@ -1006,7 +1030,11 @@ describe('a model failing on every try, streamed', () => {
     expect(res.events).toEqual([
       {
         event: 'error',
-        data: { message: expect.stringMatching(/provider answered HTTP 500 \(3 attempts\)/), code: 500 },
+        data: {
+          message: expect.stringMatching(/provider answered HTTP 500 \(3 attempts\)/),
+          code: 500,
+          error: 'model_error',
+        },
       },
     ]);
     expect(server.chatRequests()).toHaveLength(3);

@@ -583,6 +583,7 @@ describe('chat resources (built-in model, no provider configured)', () => {
           data: {
             message: expect.any(String),
             code: 402,
+            error: 'insufficient_credits',
             chat: expect.objectContaining({ id: expect.any(Number), title: 'hi' }),
           },
         },
@@ -591,7 +592,9 @@ describe('chat resources (built-in model, no provider configured)', () => {
         content: 'hi',
         stream: true,
       });
-      expect(send.events).toEqual([{ event: 'error', data: { message: expect.any(String), code: 402 } }]);
+      expect(send.events).toEqual([
+        { event: 'error', data: { message: expect.any(String), code: 402, error: 'insufficient_credits' } },
+      ]);
       // Nothing was charged or stored.
       expect(
         await t.deps.database.db.select().from(chatMessages).where(eq(chatMessages.chatId, chat.id)),

@@ -100,7 +100,11 @@ describe('faults of the model (real server process)', () => {
         .map((e) => e.data.content)
         .join(''),
     ).toBe('Once upon');
-    expect(streamed.events.at(-1)!.data).toEqual({ message: expect.any(String), code: 500 });
+    expect(streamed.events.at(-1)!.data).toEqual({
+      message: expect.any(String),
+      code: 500,
+      error: 'model_error',
+    });
 
     expect((await api('GET', `/api/v2/chats/${chatId}`)).status).toBe(200);
     // The failed turn shows in history as failed, with the reply so far; the next message is answered.
@@ -173,7 +177,11 @@ describe('faults of the model (real server process)', () => {
     expect(Date.now() - started).toBeLessThan(REPLY_TIMEOUT_MS);
     expect(streamed.events.map((e) => e.event)).toEqual(['content', 'error']);
     expect(streamed.events[0].data).toEqual({ content: 'Thinking' });
-    expect(streamed.events[1].data).toEqual({ message: expect.stringMatching(/did not respond/), code: 500 });
+    expect(streamed.events[1].data).toEqual({
+      message: expect.stringMatching(/did not respond/),
+      code: 500,
+      error: 'model_timeout',
+    });
     await expectAnswered(chatId, 'Simpler one');
   });
 
@@ -204,7 +212,20 @@ describe('faults of the model (real server process)', () => {
         stream: true,
       },
     );
-    expect(busyStream.events).toEqual([{ event: 'error', data: { message: expect.any(String), code: 409 } }]);
+    expect(busyStream.events).toEqual([
+      {
+        event: 'error',
+        data: {
+          message: expect.any(String),
+          code: 409,
+          error: 'turn_in_progress',
+          running_turn: {
+            id: expect.any(Number),
+            stream_url: expect.stringMatching(/^\/api\/v2\/chats\/\d+\/stream$/),
+          },
+        },
+      },
+    ]);
 
     await waitUntil(async () => (await history(chatId)).length === 2, {
       timeoutMs: 15_000,

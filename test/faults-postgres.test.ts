@@ -249,7 +249,11 @@ describe.runIf(privatePostgresAvailable() && process.env.TEST_BACKEND !== 'postg
       ).toBe(chunks.join(''));
       expect(streamed.events.at(-1)).toEqual({
         event: 'error',
-        data: { message: expect.stringMatching(/database is unavailable/), code: 500 },
+        data: {
+          message: expect.stringMatching(/database is unavailable/),
+          code: 500,
+          error: 'database_unavailable',
+        },
       });
 
       await sleep(1500);

@@ -292,7 +292,13 @@ describe('faults of the server process (real processes)', () => {
     await server.waitForLine((line) => line.includes('shutting down'), 5000);
     // New work is refused while the process drains (503, or no connection once it stopped listening).
     const refused = await api(server, 'GET', '/api/v2/chats').catch((err: Error) => err);
-    if (!(refused instanceof Error)) expect(refused.status).toBe(503);
+    if (!(refused instanceof Error)) {
+      expect(refused.status).toBe(503);
+      expect(refused.body).toMatchObject({
+        status: 'error',
+        response: { code: 503, error: 'shutting_down' },
+      });
+    }
 
     const results = await Promise.all(streams);
     const exit = await server.exited;
@@ -310,7 +316,7 @@ describe('faults of the server process (real processes)', () => {
     expect(cancelled.ended).toBe('end');
     expect(cancelled.events.at(-1)).toEqual({
       event: 'error',
-      data: { message: expect.stringMatching(/shut down/), code: 500 },
+      data: { message: expect.stringMatching(/shut down/), code: 500, error: 'turn_cancelled' },
     });
     expect(contentOf(cancelled.events).length).toBeGreaterThan(0);
 

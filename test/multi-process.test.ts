@@ -149,7 +149,17 @@ describe.runIf(runs)('several processes on one PostgreSQL and Redis', () => {
         });
       }
       for (const stream of streams.filter((s) => s.events.at(-1)?.event !== 'done')) {
-        expect(stream.events).toEqual([{ event: 'error', data: { message: expect.any(String), code: 409 } }]);
+        expect(stream.events).toEqual([
+          {
+            event: 'error',
+            data: {
+              message: expect.any(String),
+              code: 409,
+              error: 'turn_in_progress',
+              running_turn: { id: expect.any(Number), stream_url: `/api/v2/chats/${chatId}/stream` },
+            },
+          },
+        ]);
       }
       // One model call, one pair of messages added to the history. The server that ran the chat's
       // last turn may have sent a refused message's request early; it was aborted on the 409 and

@@ -172,6 +172,7 @@ describe('Idempotency-Key on streamed chat requests', () => {
         data: {
           message: expect.any(String),
           code: 402,
+          error: 'insufficient_credits',
           chat: expect.objectContaining({ id: expect.any(Number) }),
         },
       },
@@ -199,7 +200,19 @@ describe('Idempotency-Key on streamed chat requests', () => {
       headers: idem('busy'),
     });
     expect(conflict.events).toEqual([
-      { id: '1', event: 'error', data: { message: expect.any(String), code: 409 } },
+      {
+        id: '1',
+        event: 'error',
+        data: {
+          message: expect.any(String),
+          code: 409,
+          error: 'turn_in_progress',
+          running_turn: {
+            id: expect.any(Number),
+            stream_url: expect.stringMatching(/^\/api\/v2\/chats\/\d+\/stream$/),
+          },
+        },
+      },
     ]);
     await busy;
     const retried = await readSse(`${t.baseUrl}/api/v2/chats/${chatId}/messages`, {

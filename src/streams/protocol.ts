@@ -61,8 +61,10 @@ export const ChatStreamEvents = {
     payload: Type.Object({
       message: Type.String(),
       code: Type.Integer(),
-      /** The error code of a queued message's refusal (`queue_full`, `dequeued`, `insufficient_credits`...). */
+      /** The failure's stable code, as in the blocking answer's `response.error` (`turn_in_progress`, `queue_full`, `dequeued`, `insufficient_credits`...). */
       error: Type.Optional(Type.String()),
+      /** A 409 `turn_in_progress`: the turn that holds the chat, as in the blocking answer. */
+      running_turn: Type.Optional(Type.Object({ id: Type.Integer(), stream_url: Type.String() })),
       chat: Type.Optional(ChatView),
     }),
     final: true,
@@ -130,6 +132,21 @@ export const chatError = (message: string, code: number, chat?: ChatView): TurnE
   name: 'error',
   data: { message, code, ...(chat ? { chat } : {}) },
 });
+
+/** The `error` event of a failure or refusal: the blocking answer's status, code and `running_turn`. */
+export const chatFailure = (error: ApiError, chat?: ChatView): TurnEvent => {
+  const runningTurn = error.extra.running_turn as { id: number; stream_url: string } | undefined;
+  return {
+    name: 'error',
+    data: {
+      message: error.message,
+      code: error.status,
+      error: error.code,
+      ...(runningTurn ? { running_turn: runningTurn } : {}),
+      ...(chat ? { chat } : {}),
+    },
+  };
+};
 
 export const artifactDone = (artifactId: number): ArtifactEvent => ({
   name: 'done',

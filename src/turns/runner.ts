@@ -23,7 +23,7 @@ import { checkPlan, messageView, titleFrom } from '../modules/chats/service.js';
 import { ensureCredits, type Usage } from '../modules/credits/service.js';
 import { provideIntegrations } from '../modules/integrations/service.js';
 import { ContentCoalescer } from '../streams/coalescer.js';
-import { chatDone, chatError, type TurnEvent } from '../streams/protocol.js';
+import { chatDone, chatFailure, type TurnEvent } from '../streams/protocol.js';
 import { StreamPublisher } from '../streams/publisher.js';
 import type { StreamHub } from '../streams/stream-hub.js';
 import type { TurnOutcomeLabel } from '../telemetry/metrics.js';
@@ -609,7 +609,7 @@ export class TurnRunner {
         return { status: 'completed', message, timing };
       }
       const error = new ApiError(500, 'turn_interrupted', TURN_INTERRUPTED_MESSAGE);
-      await publish(chatError(error.message, error.status, options.announceChat));
+      await publish(chatFailure(error, options.announceChat));
       return { status: 'failed', error, timing };
     };
     try {
@@ -742,7 +742,7 @@ export class TurnRunner {
       observe('failed');
       span.setAttributes({ 'error.type': failure.code, 'scriptorium.turn.outcome': 'failed' });
       const error = new ApiError(500, failure.code, failure.message);
-      await publish(chatError(error.message, error.status, options.announceChat));
+      await publish(chatFailure(error, options.announceChat));
       // The database is away (that is usually why the record failed): this process knows the turn
       // is over, so it frees the chat as soon as the database answers instead of leaving it to the
       // lease's expiry, and the messages show the real failure with the partial reply.
@@ -832,10 +832,11 @@ export class TurnRunner {
       // Failures are read from the stream (and logged by the turn); the default prints to stderr.
       onError: () => {},
     });
-    return {
-      fullStream: result.fullStream as unknown as AsyncIterable<TurnStreamPart>,
-      totalUsage: result.totalUsage,
-    };
+    // Rejected (NoOutputGeneratedError) when the model fails, and only awaited after a turn that
+    // did not fail: handled here, or a failing provider's turn crashed the process.
+    const totalUsage = Promise.resolve(result.totalUsage);
+    totalUsage.catch(() => {});
+    return { fullStream: result.fullStream as unknown as AsyncIterable<TurnStreamPart>, totalUsage };
   }
 
   private chargeOf(ctx: ServiceContext, plan: TurnPlan, messageId: number) {

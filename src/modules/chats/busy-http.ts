@@ -4,7 +4,7 @@ import type { AppDeps } from '../../core/deps.js';
 import { ApiError } from '../../http/errors.js';
 import { releaseIdempotencyKey, setIdempotentStream } from '../../http/idempotency.js';
 import { SseStream } from '../../http/sse.js';
-import { chatError } from '../../streams/protocol.js';
+import { chatError, chatFailure } from '../../streams/protocol.js';
 import { awaitCancelledTurn, CANCEL_ANSWER_MS, requestTurnCancel } from '../../turns/cancel.js';
 import { turnStreamKey } from '../../turns/events.js';
 import type { TurnPlan } from '../../turns/plan.js';
@@ -116,7 +116,8 @@ export async function sendWhenBusy(
       await releaseIdempotencyKey(request).catch((err) =>
         request.log.error({ err }, 'could not release the Idempotency-Key of a refused message'),
       );
-    sse.send('error', { ...chatError(error.message, error.status).data, error: error.code });
+    const refusal = chatFailure(error);
+    sse.send(refusal.name, refusal.data);
     sse.end();
     return undefined;
   }

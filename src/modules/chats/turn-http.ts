@@ -4,7 +4,14 @@ import type { AppDeps } from '../../core/deps.js';
 import { ApiError, toApiError } from '../../http/errors.js';
 import { releaseIdempotencyKey, setIdempotentStream } from '../../http/idempotency.js';
 import { SseStream } from '../../http/sse.js';
-import { ChatStreamEvents, chatDone, chatError, eventList, type TurnEvent } from '../../streams/protocol.js';
+import {
+  ChatStreamEvents,
+  chatDone,
+  chatError,
+  chatFailure,
+  eventList,
+  type TurnEvent,
+} from '../../streams/protocol.js';
 import { StreamPublisher } from '../../streams/publisher.js';
 import { relayStream } from '../../streams/sse-relay.js';
 import type { StreamHub } from '../../streams/stream-hub.js';
@@ -70,7 +77,7 @@ export async function streamTurn(
   } catch (err) {
     const error = toApiError('v2', err);
     if (error.status >= 500) reply.log.error({ err }, 'could not start a chat turn');
-    const refusal = chatError(error.message, error.status, options.announceChat);
+    const refusal = chatFailure(error, options.announceChat);
     await recordRefusal(
       request,
       deps.streams,
