@@ -2,6 +2,8 @@
  * Model base URLs follow the outbound rule (issue 15 item 6): refused when saved and when
  * connecting, except the operator's MODEL_BASE_URL_ALLOW; provider error text never reaches callers.
  */
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import { eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -258,5 +260,69 @@ describe('provider error text', () => {
     expect(event?.data.reason).toBe(
       'The model failed while generating the artifact: the provider answered HTTP 400',
     );
+  });
+});
+
+describe('redirects from a model server', () => {
+  let t: TestApp;
+  let fake: FakeModelServer;
+  let redirector: Server;
+  let org: TestOrg;
+  beforeAll(async () => {
+    fake = await startFakeModelServer();
+    // Answers every request with a redirect to the fake model: a provider that points elsewhere.
+    redirector = createServer((req, res) => {
+      res.writeHead(307, { location: `${fake.baseUrl}${req.url?.replace(/^\/v1/, '') ?? ''}` });
+      res.end();
+    });
+    await new Promise<void>((resolve) => redirector.listen(0, '127.0.0.1', resolve));
+    const { port } = redirector.address() as AddressInfo;
+    t = await startTestServer();
+    org = await createOrg(t);
+    const row = await useFakeModel(t, org, fake);
+    await t.deps.database.db
+      .update(modelConfigurations)
+      .set({ baseUrl: `http://127.0.0.1:${port}/v1` })
+      .where(eq(modelConfigurations.id, row.id));
+  });
+  afterAll(async () => {
+    await t.close();
+    await fake.close();
+    await new Promise((resolve) => redirector.close(resolve));
+  });
+
+  it('are not followed, on the lean path or the AI SDK path: no request reaches where they point', async () => {
+    const chat = await newChat(t, org);
+    const lean = await call(t, 'POST', `/api/v2/chats/${chat}/messages`, {
+      key: org.orgKey,
+      body: { content: 'Hi' },
+    });
+    expectV2Error(lean, 500, 'model_error');
+    const structured = await call(t, 'POST', `/api/v2/chats/${chat}/messages`, {
+      key: org.orgKey,
+      body: {
+        content: 'Hi',
+        response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object' } } },
+      },
+    });
+    expectV2Error(structured, 500);
+    const slug = `memo-${Math.random().toString(36).slice(2, 7)}`;
+    const type = await createArtifactType(t, org, slug, 'Memo');
+    const skill = await createSkill(t, org, {
+      name: `Writer ${slug}`,
+      content: 'Write.',
+      typeIds: [type.id],
+    });
+    const artifact = await call(
+      t,
+      'POST',
+      `/api/v1/artifact_types/${slug}/artifacts?project_id=${org.projectId}`,
+      {
+        key: org.orgKey,
+        body: { skill_id: skill.id, inputs: [] },
+      },
+    );
+    expectV1Error(artifact, 500, 'generation_failed');
+    expect(fake.chatRequests()).toHaveLength(0);
   });
 });

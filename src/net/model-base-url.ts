@@ -54,15 +54,19 @@ function requestUrl(input: Parameters<typeof fetch>[0]): string {
  * at a private address is refused when connecting. Allow-listed hosts use the plain fetch.
  */
 export function guardedModelFetch(rule: ModelUrlRule): typeof fetch {
-  if (rule.outboundAllowPrivate) return (input, init) => globalThis.fetch(input, init);
+  // Redirects are not followed (as the lean client and webhooks do not): a redirect is the
+  // provider's answer, an error to the caller, never a second request to wherever it points.
+  if (rule.outboundAllowPrivate)
+    return (input, init) => globalThis.fetch(input, { ...init, redirect: 'manual' });
   let agent: Agent | null = null;
   return async (input, init) => {
     const url = assertModelBaseUrlAllowed(requestUrl(input), rule);
-    if (isAllowListed(url, rule.modelBaseUrlAllow)) return globalThis.fetch(input, init);
+    if (isAllowListed(url, rule.modelBaseUrlAllow))
+      return globalThis.fetch(input, { ...init, redirect: 'manual' });
     agent ??= new Agent({ connect: { lookup: guardedLookup(false) } });
     return undiciFetch(
       input as never,
-      { ...init, dispatcher: agent } as never,
+      { ...init, redirect: 'manual', dispatcher: agent } as never,
     ) as unknown as Promise<Response>;
   };
 }
