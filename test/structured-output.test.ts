@@ -176,6 +176,57 @@ describe('structured output (response_format)', () => {
     expect(server.chatRequests()).toHaveLength(0);
   });
 
+  it('a schema may declare 2020-12, 2019-09 or draft-07 in $schema; an older draft is 400, not a 500', async () => {
+    const org = await orgWithFakeModel();
+    const chatId = await newChat(org);
+    const declared = (uri: string, body: Record<string, unknown> = schema) => ({
+      type: 'json_schema',
+      json_schema: { name: 'summary', schema: { $schema: uri, ...body } },
+    });
+    const json = '{"title":"Tea","tags":["green"],"score":7}';
+    for (const uri of [
+      'http://json-schema.org/draft-07/schema#',
+      'https://json-schema.org/draft-07/schema',
+      'https://json-schema.org/draft/2019-09/schema',
+      'https://json-schema.org/draft/2020-12/schema',
+    ]) {
+      server.enqueue({ text: json });
+      const res = await send(org, chatId, { content: 'Summarise tea', response_format: declared(uri) });
+      expectStatus(res, 200);
+      expect(res.body.response.message.parsed).toEqual({ title: 'Tea', tags: ['green'], score: 7 });
+    }
+    // draft-07's tuple form is read as draft-07: a second item that is not an integer fails.
+    const tuple = { type: 'array', items: [{ type: 'string' }, { type: 'integer' }], additionalItems: false };
+    server.enqueue({ text: '["a","b"]' });
+    server.enqueue({ text: '["a","b"]' });
+    const invalid = await send(org, chatId, {
+      content: 'A pair',
+      response_format: declared('http://json-schema.org/draft-07/schema#', tuple),
+    });
+    expectV2Error(invalid, 500, 'invalid_structured_output');
+    const requests = server.chatRequests().length;
+    for (const uri of ['http://json-schema.org/draft-04/schema#', 'https://example.com/my-meta', 7]) {
+      const res = await send(org, chatId, { content: 'x', response_format: declared(uri as string) });
+      expectV2Error(res, 400);
+      expect(res.body.response.message).toContain('is not supported');
+    }
+    expect(server.chatRequests()).toHaveLength(requests);
+  });
+
+  it('a provider that fails (the AI SDK path) is a 500 for the turn, and the process lives on', async () => {
+    const org = await orgWithFakeModel();
+    const chatId = await newChat(org);
+    // 500 on every attempt: the bounded retries give up, the turn fails.
+    for (let i = 0; i < 5; i++) server.enqueue({ status: 500, errorBody: { error: { message: 'down' } } });
+    const failed = await send(org, chatId, { content: 'Summarise tea', response_format: responseFormat });
+    expectV2Error(failed, 500);
+    server.reset();
+    // Same process, next turn: it still answers.
+    server.enqueue({ text: '{"title":"Tea","tags":["green"],"score":7}' });
+    const next = await send(org, chatId, { content: 'Again', response_format: responseFormat });
+    expectStatus(next, 200);
+  });
+
   it('the built-in offline model answers with a value of the schema', async () => {
     const org = await createOrg(t);
     const res = await call(t, 'POST', '/api/v2/chats', {

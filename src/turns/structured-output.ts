@@ -1,6 +1,8 @@
 import type { LanguageModelV3 } from '@ai-sdk/provider';
 import { type Static, Type } from '@sinclair/typebox';
 import { generateText, wrapLanguageModel } from 'ai';
+import Ajv from 'ajv';
+import Ajv2019 from 'ajv/dist/2019.js';
 import Ajv2020, { type ErrorObject, type ValidateFunction } from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
 import { ApiError, badRequest } from '../http/errors.js';
@@ -24,7 +26,8 @@ export const ResponseFormat = Type.Object(
       }),
       description: Type.Optional(Type.String({ maxLength: 2000 })),
       schema: Type.Record(Type.String(), Type.Unknown(), {
-        description: 'A JSON Schema (draft 2020-12) the reply must follow',
+        description:
+          'A JSON Schema the reply must follow: 2020-12, or 2019-09 or draft-07 when its `$schema` says so',
       }),
     }),
   },
@@ -45,8 +48,18 @@ export interface StructuredOutput {
   validate: ValidateFunction;
 }
 
-const ajv = new Ajv2020.default({ allErrors: true, strict: false, validateFormats: true });
-addFormats.default(ajv);
+const options = { allErrors: true, strict: false, validateFormats: true } as const;
+/**
+ * One validator per JSON Schema version a schema may declare in `$schema` (generators often write
+ * draft-07's); without one, 2020-12. Older drafts (04, 06) are a 400 naming the versions accepted.
+ */
+const DIALECTS: { pattern: RegExp; ajv: Ajv2020.default | Ajv.default }[] = [
+  { pattern: /^https?:\/\/json-schema\.org\/draft\/2020-12\/schema#?$/, ajv: new Ajv2020.default(options) },
+  { pattern: /^https?:\/\/json-schema\.org\/draft\/2019-09\/schema#?$/, ajv: new Ajv2019.default(options) },
+  { pattern: /^https?:\/\/json-schema\.org\/draft-07\/schema#?$/, ajv: new Ajv.default(options) },
+];
+for (const { ajv } of DIALECTS) addFormats.default(ajv);
+const SUPPORTED = 'JSON Schema 2020-12 (the default), 2019-09 or draft-07';
 
 /** Compiles the schema of a request's `response_format`: 400 when it is not a usable JSON Schema. */
 export function compileResponseFormat(format: ResponseFormat | undefined): StructuredOutput | undefined {
@@ -58,10 +71,20 @@ export function compileResponseFormat(format: ResponseFormat | undefined): Struc
     });
   if (JSON.stringify(schema).length > MAX_SCHEMA_CHARS)
     throw invalid(`longer than ${MAX_SCHEMA_CHARS} characters`);
-  if (!ajv.validateSchema(schema)) throw invalid(ajv.errorsText(ajv.errors, { dataVar: 'schema' }));
+  // The version is chosen here, so the schema is compiled without its `$schema` (Ajv would look
+  // the URI up, and `https:` instead of draft-07's `http:` is still draft-07).
+  const { $schema: declared, ...body } = schema;
+  const dialect =
+    declared === undefined
+      ? DIALECTS[0]
+      : DIALECTS.find((d) => typeof declared === 'string' && d.pattern.test(declared));
+  if (!dialect) throw invalid(`$schema ${JSON.stringify(declared)} is not supported: use ${SUPPORTED}`);
+  const { ajv } = dialect;
   try {
-    return { format, validate: ajv.compile(schema) };
+    if (!ajv.validateSchema(body)) throw invalid(ajv.errorsText(ajv.errors, { dataVar: 'schema' }));
+    return { format, validate: ajv.compile(body) };
   } catch (err) {
+    if (err instanceof ApiError) throw err;
     throw invalid(err instanceof Error ? err.message : String(err));
   }
 }
