@@ -17,7 +17,7 @@ import {
 } from './helpers/app.js';
 import { describeAuthMatrix } from './helpers/auth-matrix.js';
 
-describeAuthMatrix('v1', [{ method: 'GET', url: '/api/v1/audit_events' }]);
+describeAuthMatrix('v1', [{ method: 'GET', url: '/api/v1/audit_events', superAdminReads: true }]);
 
 interface Audit {
   id: number;
@@ -316,6 +316,21 @@ describe('audit events', () => {
     expect(orgs.has(org.organizationId) && orgs.has(other.organizationId)).toBe(true);
     const one = await list(superKey(), `?organization_id=${other.organizationId}`, '/api/v1/admin');
     expect(new Set(one.audit_events.map((e) => e.organization_id))).toEqual(new Set([other.organizationId]));
+
+    // Issue 19: GET /api/v1/audit_events itself is open to super admins, for all organizations.
+    const allHere = await list(superKey(), '?resource_type=category&page_size=100');
+    expect(allHere).toEqual(all);
+    const oneHere = await list(superKey(), `?organization_id=${other.organizationId}`);
+    expect(oneHere).toEqual(one);
+    // An organization's key may name its own organization, not another.
+    expect(await list(org.orgKey, `?organization_id=${org.organizationId}&page_size=100`)).toEqual(mine);
+    expectV1Error(
+      await call(t, 'GET', `/api/v1/audit_events?organization_id=${other.organizationId}`, {
+        key: org.orgKey,
+      }),
+      403,
+      'forbidden',
+    );
   });
 
   it('filters by action, resource type, actor key and time, and paginates newest first', async () => {
@@ -346,7 +361,9 @@ describe('audit events', () => {
 
   it('is for admins: members 403, organization keys 403 on the super admin list; bad filters 400', async () => {
     const member = await createMember(t, org);
-    expectV1Error(await call(t, 'GET', '/api/v1/audit_events', { key: member.key }), 403, 'forbidden');
+    const refused = await call(t, 'GET', '/api/v1/audit_events', { key: member.key });
+    expectV1Error(refused, 403, 'forbidden');
+    expect(refused.body.error.message).toContain('may not read the audit log');
     expectV1Error(await call(t, 'GET', '/api/v1/admin/audit_events', { key: org.orgKey }), 403, 'forbidden');
     expectV1Error(await call(t, 'GET', '/api/v1/admin/audit_events'), 401);
     for (const query of [

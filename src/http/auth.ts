@@ -8,8 +8,11 @@ import { hashKey } from '../modules/api-keys/secrets.js';
 import type { Notifier } from '../streams/notifier.js';
 import { ApiError, familyOf, forbidden, unauthorized } from './errors.js';
 
-/** Who may call a route: `organization` (default for /api) = organization and personal keys. */
-export type Access = 'public' | 'organization' | 'super_admin';
+/**
+ * Who may call a route: `organization` (default for /api) = organization and personal keys;
+ * `any_key` = those and super admin keys (a read that serves both, e.g. the audit log).
+ */
+export type Access = 'public' | 'organization' | 'super_admin' | 'any_key';
 
 declare module 'fastify' {
   interface FastifyRequest {

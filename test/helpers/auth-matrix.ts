@@ -18,6 +18,8 @@ export interface RouteCase {
   body?: unknown;
   /** A management write: members get 403. */
   write?: boolean;
+  /** A read open to super admin keys outside /admin too (the audit log, issue 19). */
+  superAdminReads?: boolean;
 }
 
 interface Keys {
@@ -50,7 +52,8 @@ async function prepareKeys(): Promise<Keys> {
 /**
  * The boring matrix for every route of a family (spec 5, DESIGN.md 4): missing and malformed keys
  * are 401 everywhere; invalid, revoked and deactivated-organization keys are 401 on v1 and 403 on
- * v2; super admin keys are 403 outside /admin; members writing management resources get 403.
+ * v2; super admin keys are 403 outside /admin (but for the reads open to them); members writing
+ * management resources get 403.
  */
 export function describeAuthMatrix(family: 'v1' | 'v2', routes: RouteCase[]) {
   const expectError = family === 'v1' ? expectV1Error : expectV2Error;
@@ -81,8 +84,13 @@ export function describeAuthMatrix(family: 'v1' | 'v2', routes: RouteCase[]) {
         expectError(await send(k.revoked), badKeyStatus, 'invalid_api_key'));
       it(`${label}: key of a deactivated organization -> ${badKeyStatus}`, async () =>
         expectError(await send(k.deactivated), badKeyStatus, 'invalid_api_key'));
-      it(`${label}: super admin key outside /admin -> 403`, async () =>
-        expectError(await send(k.t.boot.super_admin_key), 403, 'forbidden'));
+      if (route.superAdminReads) {
+        it(`${label}: super admin key -> 200 (a read open to super admins)`, async () =>
+          expectStatus(await send(k.t.boot.super_admin_key), 200));
+      } else {
+        it(`${label}: super admin key outside /admin -> 403`, async () =>
+          expectError(await send(k.t.boot.super_admin_key), 403, 'forbidden'));
+      }
       if (route.write) {
         it(`${label}: member writing -> 403`, async () =>
           expectError(await send(k.member), 403, 'forbidden'));

@@ -2,9 +2,9 @@ import { and, count, desc, eq, gte, lt, type SQL } from 'drizzle-orm';
 import type { ServiceContext } from '../../core/context.js';
 import type { Db } from '../../db/client.js';
 import { auditEvents } from '../../db/schema/index.js';
-import { badRequest } from '../../http/errors.js';
+import { badRequest, forbidden } from '../../http/errors.js';
 import { offsetOf } from '../../http/pagination.js';
-import { requireAdmin } from '../../policies/roles.js';
+import { requireAdminToRead } from '../../policies/roles.js';
 import type { AdminAuditEventQuery, AuditEventQuery } from './schemas.js';
 
 function filtersOf(query: AuditEventQuery): (SQL | undefined)[] {
@@ -34,9 +34,14 @@ async function page(db: Db, where: SQL | undefined, query: AuditEventQuery) {
   return { rows, total };
 }
 
-/** The caller's organization's records, newest first; organization admins only. */
-export async function listAuditEvents(ctx: ServiceContext, query: AuditEventQuery) {
-  requireAdmin(ctx.principal);
+/**
+ * The caller's organization's records, newest first; organization admins only. `organization_id`,
+ * if given, must be the caller's own (it selects among organizations for super admins).
+ */
+export async function listAuditEvents(ctx: ServiceContext, query: AdminAuditEventQuery) {
+  requireAdminToRead(ctx.principal, 'the audit log');
+  if (query.organization_id !== undefined && query.organization_id !== ctx.principal.organizationId)
+    throw forbidden("An organization's keys read its own audit log only");
   return page(
     ctx.db,
     and(eq(auditEvents.organizationId, ctx.principal.organizationId), ...filtersOf(query)),
