@@ -1,6 +1,7 @@
 import { eq, sql } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { idempotencyKeys, users } from '../src/db/schema/index.js';
+import { documents, idempotencyKeys, users } from '../src/db/schema/index.js';
+import { multipartBody } from './fixtures/knowledge-helpers.js';
 import { buildTestApp, call, createOrg, expectStatus, expectV1Error, type TestApp } from './helpers/app.js';
 
 describe('Idempotency-Key on POST', () => {
@@ -31,6 +32,53 @@ describe('Idempotency-Key on POST', () => {
     expectStatus(bad, 201);
     const mismatch = await createUser(org.orgKey, 'k-2', 'other@example.com');
     expectV1Error(mismatch, 422, 'idempotency_key_reused');
+  });
+
+  it('the same JSON body with its keys in another order is the same request', async () => {
+    const org = await createOrg(t);
+    const post = (body: string) =>
+      call(t, 'POST', '/api/v1/users', {
+        key: org.orgKey,
+        body,
+        headers: { 'idempotency-key': 'k-order', 'content-type': 'application/json' },
+      });
+    const first = await post('{"email":"order@example.com","name":"Order"}');
+    expectStatus(first, 201);
+    const again = await post('{ "name": "Order", "email": "order@example.com" }');
+    expectStatus(again, 201);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(again.body).toEqual(first.body);
+  });
+
+  it('an upload is held to its file and fields, not to its length: another file of the same size is 422', async () => {
+    const org = await createOrg(t);
+    const send = (content: string, group: 'default' | number = 'default') => {
+      const { payload, contentType } = multipartBody([
+        ['document', { filename: 'fruit.txt', content, contentType: 'text/plain' }],
+        group === 'default' ? ['use_default_group', 'true'] : ['group_ids[]', String(group)],
+      ]);
+      return call(t, 'POST', '/api/v1/data_center/documents', {
+        key: org.orgKey,
+        payload,
+        headers: { 'content-type': contentType, 'idempotency-key': 'up-1' },
+      });
+    };
+    const apples = 'The first document is about apples.';
+    const grapes = 'The other document is about grapes.';
+    expect(apples.length).toBe(grapes.length);
+    const first = await send(apples);
+    expectStatus(first, 201);
+    const repeat = await send(apples);
+    expectStatus(repeat, 201);
+    expect(repeat.headers['idempotent-replayed']).toBe('true');
+    expect(repeat.body).toEqual(first.body);
+    expectV1Error(await send(grapes), 422, 'idempotency_key_reused');
+    expectV1Error(await send(apples, org.defaultGroupId), 422, 'idempotency_key_reused');
+    const stored = await t.deps.database.db
+      .select({ id: documents.id })
+      .from(documents)
+      .where(eq(documents.organizationId, org.organizationId));
+    expect(stored).toHaveLength(1);
   });
 
   it('keys are per API key', async () => {

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { and, eq, lt, sql } from 'drizzle-orm';
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { idempotencyKeys } from '../db/schema/index.js';
 import { ApiError, badRequest, conflict } from './errors.js';
 
@@ -14,103 +14,44 @@ declare module 'fastify' {
   }
 }
 
-function requestHash(request: FastifyRequest): string {
-  // Multipart bodies are read by their handler, after this hook: their length stands in for them.
-  const multipart = String(request.headers['content-type'] ?? '').startsWith('multipart/');
-  const body = multipart
-    ? `multipart:${request.headers['content-length'] ?? ''}`
-    : JSON.stringify(request.body ?? null);
-  return createHash('sha256').update(`${request.method} ${request.url}\n${body}`).digest('hex');
+/** A JSON value with its object keys sorted: the same body sent with its keys in another order hashes the same. */
+function canonicalJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
+  if (value !== null && typeof value === 'object') {
+    const entries = Object.keys(value)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${canonicalJson((value as Record<string, unknown>)[k])}`);
+    return `{${entries.join(',')}}`;
+  }
+  return JSON.stringify(value ?? null);
 }
+
+const requestHash = (request: FastifyRequest, body: string): string =>
+  createHash('sha256').update(`${request.method} ${request.url}\n${body}`).digest('hex');
+
+const isMultipart = (request: FastifyRequest) =>
+  String(request.headers['content-type'] ?? '').startsWith('multipart/');
+
+/** How long a claimed key is held for its first request: past a blocking reply's longest wait. */
+const lockMs = (config: { replyTimeoutMs: number }) => config.replyTimeoutMs + 60_000;
 
 /**
  * Idempotency-Key on every POST (issue 9): the first request's status and body are stored for 24
  * hours per API key and replayed to repeats with the same body; a different body is 422; a repeat
  * while the first is still running is 409. Streaming requests record a `streamRef` (see
- * `setIdempotentStream`) so a repeat can reattach instead.
+ * `setIdempotentStream`) so a repeat can reattach instead. A multipart body is read by its route,
+ * after this hook: that route claims the key once it has read the form
+ * (`claimIdempotencyAfterBody`), so a repeat with another file is a 422 too.
  */
-export function registerIdempotency(app: FastifyInstance, options: { lockMs: number }) {
+export function registerIdempotency(app: FastifyInstance) {
   const { database, secrets } = app.deps;
   app.decorateRequest('idempotencyId', null);
   app.decorateRequest('idempotencyStream', null);
   app.decorateRequest('idempotencyStreamAfter', 0);
 
   app.addHook('preHandler', async (request, reply) => {
-    const key = request.headers[HEADER];
-    if (request.method !== 'POST' || key === undefined || !request.principal) return;
-    if (typeof key !== 'string' || key.length === 0 || key.length > 255) {
-      throw badRequest('Idempotency-Key must be 1 to 255 characters', { 'Idempotency-Key': ['is invalid'] });
-    }
-    const keyId = request.principal.keyId;
-    const hash = requestHash(request);
-    const db = database.db;
-    await db
-      .delete(idempotencyKeys)
-      .where(
-        and(
-          eq(idempotencyKeys.apiKeyId, keyId),
-          eq(idempotencyKeys.key, key),
-          lt(idempotencyKeys.createdAt, sql`now() - make_interval(hours => ${TTL_HOURS})`),
-        ),
-      );
-    const lockedUntil = sql`now() + make_interval(secs => ${options.lockMs / 1000})`;
-    const [claimed] = await db
-      .insert(idempotencyKeys)
-      .values({ apiKeyId: keyId, key, requestHash: hash, state: 'running', lockedUntil })
-      .onConflictDoNothing()
-      .returning({ id: idempotencyKeys.id });
-    if (claimed) {
-      request.idempotencyId = claimed.id;
-      return;
-    }
-    const [row] = await db
-      .select({
-        id: idempotencyKeys.id,
-        requestHash: idempotencyKeys.requestHash,
-        state: idempotencyKeys.state,
-        statusCode: idempotencyKeys.statusCode,
-        contentType: idempotencyKeys.contentType,
-        responseBody: idempotencyKeys.responseBody,
-        streamRef: idempotencyKeys.streamRef,
-        expired: sql<boolean>`${idempotencyKeys.lockedUntil} < now()`,
-      })
-      .from(idempotencyKeys)
-      .where(and(eq(idempotencyKeys.apiKeyId, keyId), eq(idempotencyKeys.key, key)));
-    if (!row)
-      throw conflict(
-        'The request with this Idempotency-Key is being retried; try again',
-        'idempotency_conflict',
-      );
-    if (row.requestHash !== hash) {
-      throw new ApiError(
-        422,
-        'idempotency_key_reused',
-        'This Idempotency-Key was used with a different request',
-        { 'Idempotency-Key': ['was used with a different request'] },
-      );
-    }
-    if (row.state === 'completed' && row.statusCode !== null) {
-      reply.header('idempotent-replayed', 'true');
-      if (row.contentType) reply.type(row.contentType);
-      return reply.status(row.statusCode).send(row.responseBody ? secrets.decrypt(row.responseBody) : '');
-    }
-    if (row.streamRef) {
-      request.idempotencyStream = row.streamRef;
-      request.idempotencyStreamAfter = lastEventIdOf(request);
-      return;
-    }
-    if (!row.expired) {
-      throw conflict(
-        'A request with this Idempotency-Key is still running',
-        'idempotency_request_in_progress',
-      );
-    }
-    // The first attempt's process died mid-request: this repeat takes the key over.
-    await db
-      .update(idempotencyKeys)
-      .set({ lockedUntil, state: 'running' })
-      .where(eq(idempotencyKeys.id, row.id));
-    request.idempotencyId = row.id;
+    if (isMultipart(request)) return;
+    return claim(request, reply, canonicalJson(request.body));
   });
 
   app.addHook('onSend', async (request, reply, payload) => {
@@ -136,6 +77,101 @@ export function registerIdempotency(app: FastifyInstance, options: { lockMs: num
       .where(eq(idempotencyKeys.id, id));
     return payload;
   });
+}
+
+/**
+ * For a route that reads its body itself (a multipart upload): claims the request's
+ * Idempotency-Key with a digest of what it read. True when a stored answer was sent instead (the
+ * route then returns the reply as is).
+ */
+export async function claimIdempotencyAfterBody(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  bodyDigest: string,
+): Promise<boolean> {
+  await claim(request, reply, `multipart:${bodyDigest}`);
+  return reply.sent;
+}
+
+/** Claims the request's Idempotency-Key for `body`, or answers the repeat (replay, 409, 422). */
+async function claim(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  body: string,
+): Promise<FastifyReply | undefined> {
+  const { database, secrets, config } = request.server.deps;
+  const key = request.headers[HEADER];
+  if (request.method !== 'POST' || key === undefined || !request.principal) return;
+  if (typeof key !== 'string' || key.length === 0 || key.length > 255) {
+    throw badRequest('Idempotency-Key must be 1 to 255 characters', { 'Idempotency-Key': ['is invalid'] });
+  }
+  const keyId = request.principal.keyId;
+  const hash = requestHash(request, body);
+  const db = database.db;
+  await db
+    .delete(idempotencyKeys)
+    .where(
+      and(
+        eq(idempotencyKeys.apiKeyId, keyId),
+        eq(idempotencyKeys.key, key),
+        lt(idempotencyKeys.createdAt, sql`now() - make_interval(hours => ${TTL_HOURS})`),
+      ),
+    );
+  const lockedUntil = sql`now() + make_interval(secs => ${lockMs(config) / 1000})`;
+  const [claimed] = await db
+    .insert(idempotencyKeys)
+    .values({ apiKeyId: keyId, key, requestHash: hash, state: 'running', lockedUntil })
+    .onConflictDoNothing()
+    .returning({ id: idempotencyKeys.id });
+  if (claimed) {
+    request.idempotencyId = claimed.id;
+    return;
+  }
+  const [row] = await db
+    .select({
+      id: idempotencyKeys.id,
+      requestHash: idempotencyKeys.requestHash,
+      state: idempotencyKeys.state,
+      statusCode: idempotencyKeys.statusCode,
+      contentType: idempotencyKeys.contentType,
+      responseBody: idempotencyKeys.responseBody,
+      streamRef: idempotencyKeys.streamRef,
+      expired: sql<boolean>`${idempotencyKeys.lockedUntil} < now()`,
+    })
+    .from(idempotencyKeys)
+    .where(and(eq(idempotencyKeys.apiKeyId, keyId), eq(idempotencyKeys.key, key)));
+  if (!row)
+    throw conflict(
+      'The request with this Idempotency-Key is being retried; try again',
+      'idempotency_conflict',
+    );
+  if (row.requestHash !== hash) {
+    throw new ApiError(
+      422,
+      'idempotency_key_reused',
+      'This Idempotency-Key was used with a different request',
+      { 'Idempotency-Key': ['was used with a different request'] },
+    );
+  }
+  if (row.state === 'completed' && row.statusCode !== null) {
+    reply.header('idempotent-replayed', 'true');
+    if (row.contentType) reply.type(row.contentType);
+    return reply.status(row.statusCode).send(row.responseBody ? secrets.decrypt(row.responseBody) : '');
+  }
+  if (row.streamRef) {
+    request.idempotencyStream = row.streamRef;
+    request.idempotencyStreamAfter = lastEventIdOf(request);
+    return;
+  }
+  if (!row.expired) {
+    throw conflict('A request with this Idempotency-Key is still running', 'idempotency_request_in_progress');
+  }
+  // The first attempt's process died mid-request: this repeat takes the key over.
+  await db
+    .update(idempotencyKeys)
+    .set({ lockedUntil, state: 'running' })
+    .where(eq(idempotencyKeys.id, row.id));
+  request.idempotencyId = row.id;
 }
 
 declare module 'fastify' {

@@ -1,6 +1,7 @@
 import multipart from '@fastify/multipart';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { contextOf } from '../../http/context.js';
+import { claimIdempotencyAfterBody } from '../../http/idempotency.js';
 import { pagination } from '../../http/pagination.js';
 import { IdParams, Message, V1Error, v1Responses } from '../../http/schemas.js';
 import { presentDocument, presentDocumentDetail } from './presenter.js';
@@ -12,7 +13,7 @@ import {
   UploadResponse,
 } from './schemas.js';
 import { deleteDocument, getDocument, listDocuments, uploadDocument } from './service.js';
-import { readUploadForm } from './upload-form.js';
+import { readUploadForm, uploadDigest } from './upload-form.js';
 
 const tags = ['Documents'];
 
@@ -50,6 +51,7 @@ export const documentRoutes: FastifyPluginAsyncTypebox = async (app) => {
     async (request, reply) => {
       const ctx = contextOf(request);
       const input = await readUploadForm(request, config.uploadMaxBytes);
+      if (await claimIdempotencyAfterBody(request, reply, uploadDigest(input))) return reply;
       const { row, groupIds } = await uploadDocument(ctx, jobs, input);
       reply.status(201);
       return { document: presentDocument(row, groupIds) };

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { MultipartFile, MultipartValue } from '@fastify/multipart';
 import type { FastifyRequest } from 'fastify';
 import { ApiError, badRequest, unprocessable } from '../../http/errors.js';
@@ -126,4 +127,13 @@ function asUploadError(err: unknown, maxBytes: number): ApiError {
     {},
     'malformed_multipart',
   );
+}
+
+/** What an upload's Idempotency-Key is held to: the file's bytes, its name and its groups. */
+export function uploadDigest(input: UploadInput): string {
+  const { name, groupIds, useDefaultGroup } = input;
+  return createHash('sha256')
+    .update(JSON.stringify({ name, groupIds, useDefaultGroup }))
+    .update(input.bytes)
+    .digest('hex');
 }
