@@ -107,7 +107,9 @@ export async function buildApp(deps: AppDeps, options: BuildOptions = {}): Promi
     // the API family's envelope like every other error, never in Fastify's body.
     frameworkErrors: (error, request, reply) => sendError(request, reply, routerError(error)),
     clientErrorHandler,
-    return503OnClosing: true,
+    // New requests while the process drains get a 503 in the family's envelope (the hook below),
+    // not Fastify's own body.
+    return503OnClosing: false,
     forceCloseConnections: 'idle',
     // Avvio's plugin timeout (10 s by default) also bounds close(), whose preClose hook waits for
     // running turns for up to the grace period: a longer drain would fail the shutdown with
@@ -120,7 +122,18 @@ export async function buildApp(deps: AppDeps, options: BuildOptions = {}): Promi
   // end (their clients reattach elsewhere with Last-Event-ID), and running turns get the grace
   // period to finish, then are cancelled, so their streams end instead of holding the shutdown up.
   // The resources themselves are closed by the composition root (src/root.ts) after the app.
+  let closing = false;
+  app.addHook('onRequest', async (_request, reply) => {
+    if (!closing) return;
+    reply.header('connection', 'close');
+    throw new ApiError(
+      503,
+      'shutting_down',
+      'This server is shutting down; retry the request on another one',
+    );
+  });
   app.addHook('preClose', async () => {
+    closing = true;
     deps.streams.detachRemote();
     // No queued message starts here any more; clients waiting for one are answered (503).
     await deps.chatQueue.close();
@@ -203,7 +216,7 @@ export async function buildApp(deps: AppDeps, options: BuildOptions = {}): Promi
   const metrics = registerMetrics(app);
   app.addHook('onRequest', app.rateLimit());
   app.addHook('onRequest', authenticate(deps.database, deps.streams.notifier, limitUnknownKeys));
-  registerIdempotency(app, { lockMs: config.replyTimeoutMs + 60_000 });
+  registerIdempotency(app);
 
   await app.register(operationRoutes(metrics));
   await app.register(shareRoutes);

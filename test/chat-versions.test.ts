@@ -62,9 +62,9 @@ describe('regenerate', () => {
     expect(a2).toMatchObject({ role: 'assistant', content: 'A2' });
 
     server.enqueue({ text: 'A2 again' });
+    // No body: its one field (`stream`) is optional.
     const res = await call(t, 'POST', `/api/v2/chats/${chatId}/messages/${a2.id}/regenerate`, {
       key: org.orgKey,
-      body: {},
     });
     expectStatus(res, 200);
     const regenerated = res.body.response.message;

@@ -116,6 +116,27 @@ describe('request input: integers, empty bodies, unstorable text', () => {
     );
   });
 
+  it('reads no body as {} where every body field is optional, and OpenAPI says the body may be left out', async () => {
+    const doc = (await call(t, 'GET', '/openapi.json')).body;
+    const operations = Object.values<any>(doc.paths).flatMap((item) => Object.values<any>(item));
+    const byId = (id: string) => operations.find((o) => o.operationId === id);
+    expect(byId('regenerateMessage').requestBody.required).toBe(false);
+    expect(byId('createProject').requestBody.required).toBe(true);
+    // An update whose fields are all optional: no body, or an empty one with a JSON type, changes nothing.
+    const project = await call(t, 'POST', '/api/v1/projects', {
+      key: org.orgKey,
+      body: { name: 'Unchanged', group_ids: [org.defaultGroupId] },
+    });
+    for (const headers of [{}, JSON_TYPE]) {
+      const updated = await call(t, 'PUT', `/api/v1/projects/${project.body.project.id}`, {
+        key: org.orgKey,
+        headers,
+      });
+      expectStatus(updated, 200);
+      expect(updated.body.project.name).toBe('Unchanged');
+    }
+  });
+
   it('refuses a NUL character or a lone surrogate with a 400 naming the field, before the model runs', async () => {
     const generate = (body: string, stream = false) =>
       call(
@@ -234,5 +255,51 @@ describe('requests the HTTP parser refuses', () => {
       status: 400,
       body: { error: { message: 'The HTTP request is malformed', code: 'invalid_request', details: {} } },
     });
+  });
+});
+
+describe('requests while the process drains', () => {
+  it('are answered 503 shutting_down in the family envelope, with Connection: close', async () => {
+    const fake = await startFakeModelServer();
+    const t = await startTestServer();
+    try {
+      const org = await createOrg(t);
+      await useFakeModel(t, org, fake);
+      // A turn that runs until released holds the drain open (the grace period waits for it).
+      let release!: () => void;
+      fake.enqueue({ text: 'Late reply.', holdUntil: new Promise<void>((resolve) => (release = resolve)) });
+      const turn = call(t, 'POST', '/api/v2/chats', {
+        key: org.orgKey,
+        body: { project_id: org.projectId, content: 'Hold on' },
+      });
+      await fake.waitForRequests(1);
+      const closed = t.app.close();
+      // Over HTTP (inject is refused once close() began); the listener stays open while the
+      // drain waits for the turn, and close() runs its preClose hooks a few ticks later.
+      const get = async (path: string) => {
+        const res = await fetch(`${t.baseUrl}${path}`, {
+          headers: { authorization: `Bearer ${org.orgKey}` },
+        });
+        return { status: res.status, connection: res.headers.get('connection'), body: await res.json() };
+      };
+      await expect.poll(async () => (await get('/health')).status).toBe(503);
+      const v2 = await get('/api/v2/chats');
+      expect(v2).toEqual({
+        status: 503,
+        connection: 'close',
+        body: {
+          status: 'error',
+          response: { code: 503, error: 'shutting_down', message: expect.any(String) },
+        },
+      });
+      const v1 = await get('/api/v1/projects');
+      expect(v1.body).toEqual({ error: { code: 'shutting_down', message: expect.any(String), details: {} } });
+      release();
+      expectStatus(await turn, 201);
+      await closed;
+    } finally {
+      await t.close().catch(() => {});
+      await fake.close();
+    }
   });
 });

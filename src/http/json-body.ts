@@ -4,19 +4,27 @@ import { badRequest } from './errors.js';
 /**
  * How a JSON request body is read, the only rules on top of JSON itself:
  *
+ * - No body at all, where the route's body has no required field, is `{}`.
  * - A request with `Content-Type: application/json` and no body (many HTTP clients send the header
- *   on every request) reaches a route that takes no body, e.g. a DELETE or an archive; an empty
- *   body where the route expects one is still malformed JSON.
+ *   on every request) reaches a route that takes no body (a DELETE, an archive) or one whose
+ *   fields are all optional; an empty body where a field is required is still malformed JSON.
  * - A string holding a NUL character or a lone UTF-16 surrogate (both can only come from a `\u`
  *   escape) is a 400 naming the field, before anything runs: PostgreSQL can store neither, and a
  *   generation that got that far would fail at its end, after the model had been paid for.
  */
 export function registerJsonBody(app: FastifyInstance): void {
+  // A body whose fields are all optional may be left out altogether (e.g. regenerate's `stream`):
+  // no body reads as `{}`, as an empty object would.
+  app.addHook('preValidation', (request, _reply, done) => {
+    const schema = request.routeOptions.schema?.body;
+    if (request.body === undefined && schema && !requiresBody(schema)) request.body = {};
+    done();
+  });
   const parseJson = app.getDefaultJsonParser('error', 'error');
   app.removeContentTypeParser('application/json');
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, text, done) => {
     const body = text as string;
-    if (body === '' && !request.routeOptions.schema?.body) return done(null, undefined);
+    if (body === '' && !requiresBody(request.routeOptions.schema?.body)) return done(null, undefined);
     parseJson(request, body, (err, value) => {
       if (err) return done(err, undefined);
       const field = UNSTORABLE_ESCAPE.test(body) ? unstorableField(value, '') : null;
@@ -25,6 +33,12 @@ export function registerJsonBody(app: FastifyInstance): void {
       done(badRequest(`Invalid field: ${name} ${UNSTORABLE}`, { [name]: [UNSTORABLE] }), undefined);
     });
   });
+}
+
+/** Whether a route's body schema needs a body: one with a required field (no schema: none needed). */
+function requiresBody(schema: unknown): boolean {
+  const body = schema as { type?: string; required?: string[] } | undefined;
+  return body !== undefined && !(body.type === 'object' && !body.required?.length);
 }
 
 const UNSTORABLE = 'must not contain a NUL character or a lone surrogate';

@@ -134,6 +134,10 @@ function completeOperations(document: Json): void {
         parameters.push({ $ref: '#/components/parameters/LastEventId' });
       }
       if (parameters.length > 0) operation.parameters = parameters;
+      // A body with no required field may be left out (src/http/json-body.ts).
+      if (operation.requestBody && !bodyHasRequiredField(document, operation.requestBody)) {
+        operation.requestBody.required = false;
+      }
       for (const [status, response] of Object.entries<Json>(operation.responses ?? {})) {
         if (response.description !== 'Default Response') continue;
         response.description = STATUS_TEXT[status] ?? `HTTP ${status}`;
@@ -149,6 +153,13 @@ function completeOperations(document: Json): void {
       }
     }
   }
+}
+
+function bodyHasRequiredField(document: Json, requestBody: Json): boolean {
+  let schema: Json | undefined = requestBody.content?.['application/json']?.schema;
+  const ref: string | undefined = schema?.$ref;
+  if (ref?.startsWith('#/components/schemas/')) schema = document.components?.schemas?.[ref.slice(21)];
+  return !(schema?.type === 'object' && !schema.required?.length);
 }
 
 const EVENT_STREAM = {

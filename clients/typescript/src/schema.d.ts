@@ -2165,7 +2165,7 @@ export interface components {
                 /** @description A name for the schema (letters, digits, `_` and `-`) */
                 name: string;
                 description?: string;
-                /** @description A JSON Schema (draft 2020-12) the reply must follow */
+                /** @description A JSON Schema the reply must follow: 2020-12, or 2019-09 or draft-07 when its `$schema` says so */
                 schema: {
                     [key: string]: unknown;
                 };
@@ -3331,7 +3331,7 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody: {
+        requestBody?: {
             content: {
                 "application/json": components["schemas"]["RegenerateBody"];
             };
@@ -3569,7 +3569,7 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody: {
+        requestBody?: {
             content: {
                 "application/json": components["schemas"]["RefineBody"];
             };
@@ -3610,7 +3610,7 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody: {
+        requestBody?: {
             content: {
                 "application/json": components["schemas"]["StreamRefineBody"];
             };
@@ -3676,7 +3676,7 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody: {
+        requestBody?: {
             content: {
                 "application/json": components["schemas"]["UpdateArtifactBody"];
             };
@@ -3892,7 +3892,7 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody: {
+        requestBody?: {
             content: {
                 "application/json": components["schemas"]["UpdateArtifactTypeBody"];
             };
@@ -4110,7 +4110,7 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody: {
+        requestBody?: {
             content: {
                 "application/json": components["schemas"]["UpdateSkillBody"];
             };
@@ -4388,7 +4388,7 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody: {
+        requestBody?: {
             content: {
                 "application/json": components["schemas"]["UpdateProjectBody"];
             };
@@ -5043,7 +5043,7 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody: {
+        requestBody?: {
             content: {
                 "application/json": components["schemas"]["UpdateAgentBody"];
             };
@@ -5195,7 +5195,7 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody: {
+        requestBody?: {
             content: {
                 "application/json": components["schemas"]["UpdateIntegrationBody"];
             };
@@ -5384,7 +5384,7 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody: {
+        requestBody?: {
             content: {
                 "application/json": components["schemas"]["UpdateModelConfigurationBody"];
             };
@@ -5536,7 +5536,7 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody: {
+        requestBody?: {
             content: {
                 "application/json": components["schemas"]["UpdateGroupBody"];
             };
@@ -5761,7 +5761,7 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody: {
+        requestBody?: {
             content: {
                 "application/json": components["schemas"]["UpdateCategoryBody"];
             };
@@ -5913,7 +5913,7 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody: {
+        requestBody?: {
             content: {
                 "application/json": components["schemas"]["UpdateUserBody"];
             };
@@ -6322,7 +6322,7 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody: {
+        requestBody?: {
             content: {
                 "application/json": components["schemas"]["UpdateOrganizationBody"];
             };
