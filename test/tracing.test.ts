@@ -186,4 +186,35 @@ describe('traces (OTLP over HTTP)', () => {
     expect(exported).not.toContain('heron');
     expect(exported).not.toContain('gen_ai.input.messages');
   }, 60_000);
+
+  it('an artifact generation is a generate_content span with its usage and finish reasons', async () => {
+    const key = boot.organization_key;
+    const type = await request(server.baseUrl, 'POST', '/api/v1/artifact_types', {
+      key,
+      body: { name: 'Memo' },
+    });
+    expect(type.status, JSON.stringify(type.body)).toBe(201);
+    const { id: typeId, slug } = type.body.artifact_type;
+    const skill = await request(server.baseUrl, 'POST', '/api/v1/skills', {
+      key,
+      body: { name: 'Writer', content: 'Write a memo.', artifact_type_ids: [typeId] },
+    });
+    expect(skill.status, JSON.stringify(skill.body)).toBe(201);
+    fake.enqueue({ text: 'A short memo.' });
+    const generated = await request(
+      server.baseUrl,
+      'POST',
+      `/api/v1/artifact_types/${slug}/artifacts?project_id=${boot.project_id}`,
+      { key, body: { skill_id: skill.body.skill.id, inputs: [] } },
+    );
+    expect(generated.status, JSON.stringify(generated.body)).toBe(201);
+    const find = () => otlp.spans.find((s) => s.name === 'generate_content fake-model');
+    await waitUntil(() => Boolean(find()), { timeoutMs: 15_000, what: 'the generation span' });
+    expect(find()!.attributes).toMatchObject({
+      'gen_ai.operation.name': 'generate_content',
+      'gen_ai.response.finish_reasons': ['stop'],
+      'gen_ai.usage.input_tokens': expect.any(Number),
+      'gen_ai.usage.output_tokens': expect.any(Number),
+    });
+  }, 60_000);
 });

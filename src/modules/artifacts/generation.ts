@@ -449,6 +449,7 @@ function traceArtifactRun(
       span.setAttributes({
         'gen_ai.usage.input_tokens': result.usage.inputTokens,
         'gen_ai.usage.output_tokens': result.usage.outputTokens,
+        ...(result.finishReason ? { 'gen_ai.response.finish_reasons': [result.finishReason] } : {}),
       });
       return result;
     },

@@ -32,6 +32,8 @@ export interface ModelRunResult {
   /** Tool calls made while writing, in order, for the artifact's chat_history. */
   toolEntries: ChatHistoryEntry[];
   usage: Usage;
+  /** Why the model stopped (its last step), for the generation's span. */
+  finishReason?: string;
   /** A structured generation's JSON value (settled after the run). */
   parsed?: unknown;
 }
@@ -70,6 +72,7 @@ export async function runModel(request: ModelRunRequest): Promise<ModelRunResult
   const toolEntries: ChatHistoryEntry[] = [];
   const parameters = new Map<string, unknown>();
   let usage: Usage = { inputTokens: 0, outputTokens: 0 };
+  let finishReason: string | undefined;
   try {
     for await (const part of result.fullStream) {
       watchdog.touch();
@@ -97,6 +100,7 @@ export async function runModel(request: ModelRunRequest): Promise<ModelRunResult
         case 'abort':
           throw signal.reason ?? new Error('aborted');
         case 'finish':
+          finishReason = part.finishReason;
           usage = {
             inputTokens: part.totalUsage.inputTokens ?? 0,
             outputTokens: part.totalUsage.outputTokens ?? 0,
@@ -120,7 +124,7 @@ export async function runModel(request: ModelRunRequest): Promise<ModelRunResult
   if (text.trim() === '') {
     throw new ApiError(500, 'generation_failed', 'The model returned no content for the artifact');
   }
-  return { text, toolEntries, usage };
+  return { text, toolEntries, usage, finishReason };
 }
 
 function toolEntry(
