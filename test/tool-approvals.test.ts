@@ -264,7 +264,15 @@ describe('tool approval', () => {
           expires_at: expect.stringMatching(TIMESTAMP),
         },
       ],
+      // The turn's timing so far, as on every blocking reply (issue 19).
+      timing: {
+        queued_ms: expect.any(Number),
+        overhead_ms: expect.any(Number),
+        model_first_token_ms: expect.any(Number),
+        total_ms: expect.any(Number),
+      },
     });
+    expect(sent.headers['server-timing']).toMatch(/total;dur=/);
     // The chat is still busy: its turn holds the lease while it waits.
     expectV2Error(
       await call(t, 'POST', `/api/v2/chats/${chatId}/messages`, { key: org.orgKey, body: { content: 'x' } }),

@@ -92,6 +92,8 @@ export interface StartedTurn {
   assistantMessageId: number;
   /** Settles when the turn has written its result and published its last event; never rejects. */
   outcome: Promise<TurnOutcome>;
+  /** The turn's timing so far (a reply paused for tool approvals shows it too). */
+  timing: TurnTiming;
 }
 
 export interface TurnOptions {
@@ -388,7 +390,7 @@ export class TurnRunner {
       this.inFlight.delete(outcome);
       this.running.delete(ids.turnId);
     });
-    return { ...ids, outcome };
+    return { ...ids, outcome, timing };
   }
 
   /**

@@ -5,6 +5,7 @@ import { ApiError } from '../../http/errors.js';
 import { releaseIdempotencyKey, setIdempotentStream } from '../../http/idempotency.js';
 import { SseStream } from '../../http/sse.js';
 import { chatError, chatFailure } from '../../streams/protocol.js';
+import type { TurnTiming } from '../../telemetry/turn-timing.js';
 import { awaitCancelledTurn, CANCEL_ANSWER_MS, requestTurnCancel } from '../../turns/cancel.js';
 import { turnStreamKey } from '../../turns/events.js';
 import type { TurnPlan } from '../../turns/plan.js';
@@ -64,7 +65,7 @@ export async function sendWhenBusy(
     }
     const turn = await run();
     const pauses = watchPauses(turnStops(deps), plan, turn);
-    return awaitOutcome(reply, turn.outcome, deadline, deps.config.replyTimeoutMs, pauses);
+    return awaitOutcome(reply, turn.outcome, deadline, deps.config.replyTimeoutMs, pauses, turn.timing);
   }
 
   // The chat is busy: the message waits for it.
@@ -171,6 +172,7 @@ async function awaitOutcome(
   deadline: number,
   timeoutMs: number,
   pauses?: TurnStopWatch,
+  timing?: TurnTiming,
 ): Promise<MessageView> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<'timeout'>((resolve) => {
@@ -180,7 +182,7 @@ async function awaitOutcome(
   clearTimeout(timer);
   if (settled === 'timeout') throw replyTimeout(timeoutMs);
   // A paused turn's reply so far (a message has a role; an outcome has none).
-  if ('role' in settled) return settled;
+  if ('role' in settled) return timing ? { ...settled, timing: timing.view() } : settled;
   reply.header('server-timing', settled.timing.serverTiming());
   if (settled.status === 'failed') {
     const { error } = settled;

@@ -201,7 +201,10 @@ export async function awaitTurn(
   clearTimeout(timer);
   if (outcome === 'timeout')
     throw new ApiError(504, 'reply_timeout', replyTimeoutMessage(timeoutMs), {}, extra);
-  if (outcome.status === 'paused') return outcome.message;
+  if (outcome.status === 'paused') {
+    reply.header('server-timing', turn.timing.serverTiming());
+    return { ...outcome.message, timing: turn.timing.view() };
+  }
   reply.header('server-timing', outcome.timing.serverTiming());
   if (outcome.status === 'failed') {
     const { error } = outcome;
