@@ -216,5 +216,21 @@ describe('traces (OTLP over HTTP)', () => {
       'gen_ai.usage.input_tokens': expect.any(Number),
       'gen_ai.usage.output_tokens': expect.any(Number),
     });
+
+    // A fire-and-forget generation runs as a job: the root of a trace of its own, not a child of
+    // the request that queued it (or of whatever request woke the worker).
+    fake.enqueue({ text: 'A later memo.' });
+    const queued = await request(
+      server.baseUrl,
+      'POST',
+      `/api/v1/artifact_types/${slug}/artifacts?project_id=${boot.project_id}`,
+      { key, body: { skill_id: skill.body.skill.id, inputs: [], fire_and_forget: true } },
+    );
+    expect(queued.status, JSON.stringify(queued.body)).toBe(200);
+    const job = () => otlp.spans.find((s) => s.name === 'job artifacts-async');
+    await waitUntil(() => Boolean(job()), { timeoutMs: 15_000, what: 'the job span' });
+    expect(job()!.parentSpanId || null).toBeNull();
+    // No request served (a server span) is in the job's trace.
+    expect(otlp.spans.filter((s) => s.kind === 2 && s.traceId === job()!.traceId)).toEqual([]);
   }, 60_000);
 });

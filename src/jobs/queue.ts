@@ -316,13 +316,15 @@ export async function createJobQueue(database: Database, options: JobQueueOption
     /** Jobs due later were announced: once the due ones are taken, look for the next moment. */
     let later = false;
 
-    // Each run a span (a root of its own trace: the job outlives the request that queued it).
+    // Each run a span, the root of its own trace: the job outlives the request that queued it, and
+    // a local worker may be woken inside some request's context (which then looked like its parent).
     const runJob = (job: Job<T>) =>
       withSpan(
         `job ${name}`,
         { 'messaging.system': 'pg-boss', 'messaging.destination.name': name, 'messaging.message.id': job.id },
         () => handler(job),
         SpanKind.CONSUMER,
+        true,
       );
 
     function begin(row: { id: string; data: T; expireInSeconds: number | string }) {

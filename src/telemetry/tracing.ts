@@ -59,9 +59,11 @@ export function withSpan<T>(
   attributes: Attributes,
   fn: (span: SpanHandle) => Promise<T>,
   kind: SpanKind = SpanKind.INTERNAL,
+  /** A root span: the start of its own trace, whatever span is active where it starts. */
+  root = false,
 ): Promise<T> {
   if (!state.enabled) return fn(NO_SPAN);
-  return tracer().startActiveSpan(name, { kind, attributes }, async (span) => {
+  return tracer().startActiveSpan(name, { kind, attributes, root }, async (span) => {
     try {
       return await fn(span);
     } catch (err) {
