@@ -234,3 +234,59 @@ describe('traces (OTLP over HTTP)', () => {
     expect(otlp.spans.filter((s) => s.kind === 2 && s.traceId === job()!.traceId)).toEqual([]);
   }, 60_000);
 });
+
+describe('traces with OTEL_RECORD_CONTENT=true', () => {
+  let otlp: OtlpReceiver;
+  let fake: FakeModelServer;
+  let db: ServiceDatabase;
+  let boot: BootstrapResult;
+  let server: ServerProcess;
+
+  beforeAll(async () => {
+    otlp = await startOtlpReceiver();
+    fake = await startFakeModelServer();
+    db = await projectDatabase();
+    const env = serviceEnv({
+      ...db.env,
+      ...fakeModelEnv(fake.baseUrl),
+      OTEL_EXPORTER_OTLP_ENDPOINT: otlp.url,
+      OTEL_SERVICE_NAME: 'scriptorium-test',
+      OTEL_BSP_SCHEDULE_DELAY: '100',
+      OTEL_RECORD_CONTENT: 'true',
+    });
+    boot = await bootstrapService(env);
+    server = await startServer(env);
+  }, 120_000);
+  afterAll(async () => {
+    await server?.stop().catch(() => {});
+    await killAllProcesses();
+    await Promise.all([otlp?.close(), fake?.close(), db?.drop()]);
+  });
+
+  it('records each model step: the prompt, and the reply with its tool calls', async () => {
+    const key = boot.organization_key;
+    const created = await request(server.baseUrl, 'POST', '/api/v2/chats', {
+      key,
+      body: { project_id: boot.project_id },
+    });
+    const chatId = (created.body as any).response.chat.id;
+    fake.enqueue(
+      { toolCalls: [{ name: 'list_skills', arguments: {} }] },
+      { text: 'There are no skills yet.' },
+    );
+    const res = await request(server.baseUrl, 'POST', `/api/v2/chats/${chatId}/messages`, {
+      key,
+      body: { content: 'Which skills are there?' },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    const steps = () => otlp.spans.filter((s) => s.name === 'chat fake-model');
+    await waitUntil(() => steps().length === 2, { timeoutMs: 15_000, what: 'both model spans' });
+    const outputs = steps().map((s) => JSON.parse(String(s.attributes['gen_ai.output.messages'])));
+    expect(outputs).toContainEqual([
+      { role: 'assistant', tool_calls: [{ id: expect.any(String), name: 'list_skills', arguments: '{}' }] },
+    ]);
+    expect(outputs).toContainEqual([{ role: 'assistant', text: 'There are no skills yet.' }]);
+    for (const step of steps())
+      expect(String(step.attributes['gen_ai.input.messages'])).toContain('Which skills');
+  }, 60_000);
+});

@@ -307,7 +307,7 @@ class ModelCall implements Flushable {
     const { result } = this;
     result.toolCalls = this.chunks.calls.filter((c): c is WireToolCall => c !== undefined && c.name !== '');
     for (const call of result.toolCalls) call.id ||= `call_${Math.random().toString(36).slice(2, 12)}`;
-    this.span.finished(result.usage, result.finishReason, result.text);
+    this.span.finished(result.usage, result.finishReason, result.text, result.toolCalls);
   }
 
   fail(err: unknown): void {

@@ -183,6 +183,8 @@ export interface ModelSpan {
     usage: { inputTokens: number; outputTokens: number } | null,
     finishReason: string,
     text: string,
+    /** The step's tool calls, recorded with the text when content is recorded. */
+    toolCalls?: { id: string; name: string; arguments: string }[],
   ): void;
   fail(err: unknown): void;
   end(): void;
@@ -213,14 +215,21 @@ export function startModelSpan(provider: string, modelName: string, prompt: unkn
       modelSeen = true;
       span.setAttribute('gen_ai.response.model', model);
     },
-    finished(usage, finishReason, text) {
+    finished(usage, finishReason, text, toolCalls = []) {
       span.setAttributes({
         'gen_ai.usage.input_tokens': usage?.inputTokens ?? 0,
         'gen_ai.usage.output_tokens': usage?.outputTokens ?? 0,
         'gen_ai.response.finish_reasons': [finishReason],
       });
-      if (text && recordingContent())
-        span.setAttribute('gen_ai.output.messages', JSON.stringify([{ role: 'assistant', text }]));
+      if ((text || toolCalls.length > 0) && recordingContent()) {
+        const calls = toolCalls.map((c) => ({ id: c.id, name: c.name, arguments: c.arguments }));
+        const message = {
+          role: 'assistant',
+          ...(text ? { text } : {}),
+          ...(calls.length ? { tool_calls: calls } : {}),
+        };
+        span.setAttribute('gen_ai.output.messages', JSON.stringify([message]));
+      }
     },
     fail: (err) => failed(span, err),
     end() {
