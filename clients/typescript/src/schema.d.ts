@@ -1349,8 +1349,8 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Who changed what in the caller's organization, newest first (organization admins)
-         * @description The audit log of the caller's organization: every write through API v1, every chat archive and every tool-approval decision, with actor, action, resource, changed field names (never values) and request id. Filters: from, to, action, resource_type, actor_api_key_id. Organization admins only. Paginated.
+         * Who changed what, newest first (organization admins; super admins for all organizations)
+         * @description The audit log: every write through API v1, every chat archive and every tool-approval decision, with actor, action, resource, changed field names (never values) and request id. Organization admins read their own organization's; super admin keys read every organization's (`organization_id` narrows it to one). Filters: from, to, action, resource_type, actor_api_key_id. Paginated.
          */
         get: operations["listAuditEvents"];
         put?: never;
@@ -6108,6 +6108,8 @@ export interface operations {
                 resource_type?: "organization" | "user" | "api_key" | "group" | "category" | "project" | "artifact_type" | "artifact" | "skill" | "agent" | "model_configuration" | "integration" | "webhook" | "document" | "chat" | "tool_approval";
                 /** @description Only changes made with this key */
                 actor_api_key_id?: number;
+                /** @description Only this organization */
+                organization_id?: number;
             };
             header?: never;
             path?: never;
