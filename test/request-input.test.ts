@@ -137,6 +137,21 @@ describe('request input: integers, empty bodies, unstorable text', () => {
     }
   });
 
+  it('refuses a name of only whitespace (422, must not be blank), wherever a resource is named', async () => {
+    for (const [url, body] of [
+      ['/api/v1/artifact_types', { name: ' \t ' }],
+      ['/api/v1/projects', { name: '   ', group_ids: [org.defaultGroupId] }],
+      ['/api/v1/groups', { name: '\n' }],
+      ['/api/v1/categories', { name: '  ', use_default_group: true }],
+    ] as const) {
+      const res = await call(t, 'POST', url, { key: org.orgKey, body });
+      expectV1Error(res, 422, 'validation_failed');
+      expect(res.body.error.details).toEqual({ name: ['must not be blank'] });
+    }
+    const spaced = await call(t, 'POST', '/api/v1/groups', { key: org.orgKey, body: { name: ' Team ' } });
+    expectStatus(spaced, 201);
+  });
+
   it('refuses a NUL character or a lone surrogate with a 400 naming the field, before the model runs', async () => {
     const generate = (body: string, stream = false) =>
       call(

@@ -1,6 +1,7 @@
 import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
+import { NOT_BLANK } from './schemas.js';
 
 export type Details = Record<string, string[]>;
 
@@ -89,7 +90,12 @@ function fromValidation(family: Family, error: FastifyError): ApiError {
   const details: Details = {};
   for (const issue of issues) {
     const field = fieldOf(issue);
-    const message = issue.keyword === 'required' ? 'is required' : (issue.message ?? 'is invalid');
+    const message =
+      issue.keyword === 'required'
+        ? 'is required'
+        : issue.keyword === 'pattern' && issue.params.pattern === NOT_BLANK
+          ? 'must not be blank'
+          : (issue.message ?? 'is invalid');
     details[field] = [...(details[field] ?? []), message];
   }
   const summary = Object.entries(details)

@@ -12,6 +12,13 @@ export const Defaulted = <T extends TSchema>(schema: T): T => {
   return Type.Optional(schema) as unknown as T;
 };
 
+/** At least one character that is not whitespace: a name of only spaces names nothing. */
+export const NOT_BLANK = '\\S';
+
+/** A resource's name: 1 to `maxLength` characters, not all whitespace (422 `must not be blank`). */
+export const NameText = (maxLength: number, description?: string) =>
+  Type.String({ minLength: 1, maxLength, pattern: NOT_BLANK, ...(description ? { description } : {}) });
+
 export const Timestamp = Type.String({
   description: 'UTC, microsecond precision: YYYY-MM-DDTHH:MM:SS.ffffffZ',
 });

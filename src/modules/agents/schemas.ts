@@ -1,7 +1,7 @@
 import { type Static, Type } from '@sinclair/typebox';
 import type { AgentTool } from '../../db/schema/index.js';
 import { Pagination } from '../../http/pagination.js';
-import { Id, Nullable, Timestamp } from '../../http/schemas.js';
+import { Id, NameText, Nullable, Timestamp } from '../../http/schemas.js';
 
 export const AGENT_TOOLS: readonly AgentTool[] = ['knowledge', 'artifacts', 'skills', 'integrations'];
 
@@ -30,7 +30,7 @@ export const Agent = Type.Object(
 export type Agent = Static<typeof Agent>;
 
 const fields = {
-  name: Type.String({ minLength: 1, maxLength: 200 }),
+  name: NameText(200),
   instructions: Type.String({ maxLength: 50_000, description: 'Shapes every turn of chats using the agent' }),
   model_configuration_id: Nullable(Id({ description: 'A chat model configuration of the organization' })),
   skill_ids: Type.Array(Id(), { description: 'Skills offered as slash commands' }),

@@ -1,6 +1,6 @@
 import { type Static, Type } from '@sinclair/typebox';
 import { Pagination } from '../../http/pagination.js';
-import { Id, Nullable, Timestamp } from '../../http/schemas.js';
+import { Id, NameText, Nullable, Timestamp } from '../../http/schemas.js';
 
 export const ArtifactType = Type.Object(
   {
@@ -16,7 +16,7 @@ export const ArtifactType = Type.Object(
 );
 export type ArtifactType = Static<typeof ArtifactType>;
 
-const Name = Type.String({ minLength: 1, maxLength: 100, description: 'At most 100 characters' });
+const Name = NameText(100, 'At most 100 characters');
 const Description = Type.String({ maxLength: 2000 });
 const CategoryId = Nullable(Id({ description: 'Deprecated; accepted for backwards compatibility' }));
 

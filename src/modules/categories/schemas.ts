@@ -1,6 +1,6 @@
 import { type Static, Type } from '@sinclair/typebox';
 import { Pagination } from '../../http/pagination.js';
-import { Id, Timestamp } from '../../http/schemas.js';
+import { Id, NameText, Timestamp } from '../../http/schemas.js';
 
 export const Category = Type.Object(
   {
@@ -15,7 +15,7 @@ export const Category = Type.Object(
 );
 export type Category = Static<typeof Category>;
 
-const Name = Type.String({ minLength: 1, maxLength: 200 });
+const Name = NameText(200);
 const Description = Type.String({ maxLength: 2000 });
 const GroupIds = (description: string) => Type.Array(Id(), { minItems: 1, description });
 const UseDefaultGroup = Type.Boolean({ description: 'Assign the organization default group' });

@@ -1,6 +1,6 @@
 import { type Static, Type } from '@sinclair/typebox';
 import { Pagination } from '../../http/pagination.js';
-import { Id, Timestamp } from '../../http/schemas.js';
+import { Id, NameText, Timestamp } from '../../http/schemas.js';
 
 export const Group = Type.Object(
   {
@@ -16,7 +16,7 @@ export const Group = Type.Object(
 );
 export type Group = Static<typeof Group>;
 
-const Name = Type.String({ minLength: 1, maxLength: 200 });
+const Name = NameText(200);
 const Description = Type.String({ maxLength: 2000 });
 
 export const CreateGroupBody = Type.Object(

@@ -1,6 +1,6 @@
 import { type Static, Type } from '@sinclair/typebox';
 import { Pagination } from '../../http/pagination.js';
-import { Id, Nullable, Timestamp } from '../../http/schemas.js';
+import { Id, NameText, Nullable, Timestamp } from '../../http/schemas.js';
 
 export const Integration = Type.Object(
   {
@@ -30,7 +30,7 @@ const Headers = Type.Record(Type.String(), Type.String(), {
 });
 
 const IntegrationFields = {
-  name: Type.String({ minLength: 1, maxLength: 100 }),
+  name: NameText(100),
   url: Type.String({
     minLength: 1,
     maxLength: 2048,

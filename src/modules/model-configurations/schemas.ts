@@ -1,6 +1,6 @@
 import { type Static, type TUnsafe, Type } from '@sinclair/typebox';
 import { Pagination } from '../../http/pagination.js';
-import { Nullable, Timestamp } from '../../http/schemas.js';
+import { NameText, Nullable, Timestamp } from '../../http/schemas.js';
 import { PROVIDER_NAMES, type ProviderName } from '../../llm/providers.js';
 
 export const PURPOSES = ['chat', 'embedding'] as const;
@@ -43,7 +43,7 @@ export const ModelConfiguration = Type.Object(
 export type ModelConfiguration = Static<typeof ModelConfiguration>;
 
 const fields = {
-  name: Type.String({ minLength: 1, maxLength: 200 }),
+  name: NameText(200),
   provider: oneOf<ProviderName>(PROVIDER_NAMES),
   model: Type.String({
     minLength: 1,

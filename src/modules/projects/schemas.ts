@@ -1,6 +1,6 @@
 import { type Static, Type } from '@sinclair/typebox';
 import { PageQuery, Pagination } from '../../http/pagination.js';
-import { Defaulted, Id, Nullable, Timestamp } from '../../http/schemas.js';
+import { Defaulted, Id, NameText, Nullable, Timestamp } from '../../http/schemas.js';
 
 export const Project = Type.Object(
   {
@@ -20,7 +20,7 @@ export const Project = Type.Object(
 );
 export type Project = Static<typeof Project>;
 
-const Name = Type.String({ minLength: 1, maxLength: 200 });
+const Name = NameText(200);
 const Overview = Type.String({ maxLength: 20000 });
 const GroupIds = (description: string) => Type.Array(Id(), { minItems: 1, description });
 const UseDefaultGroup = Type.Boolean({ description: 'Assign the organization default group' });

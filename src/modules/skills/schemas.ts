@@ -1,6 +1,6 @@
 import { type Static, Type } from '@sinclair/typebox';
 import { Pagination } from '../../http/pagination.js';
-import { Id, Timestamp } from '../../http/schemas.js';
+import { Id, NameText, Timestamp } from '../../http/schemas.js';
 
 export const CustomVariable = Type.Object(
   {
@@ -45,7 +45,7 @@ export const CustomVariableInput = Type.Object(
 );
 export type CustomVariableInput = Static<typeof CustomVariableInput>;
 
-const Name = Type.String({ minLength: 1, maxLength: 200 });
+const Name = NameText(200);
 const Content = Type.String({ minLength: 1, maxLength: 100_000 });
 const Description = Type.String({ maxLength: 2000 });
 const CustomVariables = Type.Array(CustomVariableInput, { maxItems: 100 });
