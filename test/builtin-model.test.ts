@@ -93,6 +93,23 @@ describe('BuiltinLanguageModel', () => {
     expect((await generateText({ model: new BuiltinLanguageModel(), prompt })).text).toBe(expected);
   });
 
+  it('gives each word a turn of the event loop of its own, so a stream sends it as its own event', async () => {
+    // A turn of the loop passes between two words when an immediate scheduled at the first one
+    // runs before the second arrives (words of one turn would be merged into one content event).
+    const result = streamText({ model: new BuiltinLanguageModel(), prompt: 'Tell me a story' });
+    const order: string[] = [];
+    for await (const _delta of result.textStream) {
+      order.push('word');
+      setImmediate(() => order.push('turn'));
+    }
+    await new Promise((resolve) => setImmediate(resolve));
+    const words = order.filter((o) => o === 'word').length;
+    expect(words).toBeGreaterThan(10);
+    // Two words read in one turn: only at the start, where the SDK's stream reads one part ahead.
+    const together = order.slice(1).filter((o, i) => o === 'word' && order[i] === 'word').length;
+    expect(together).toBeLessThanOrEqual(1);
+  });
+
   it('shortens a long request when echoing it', async () => {
     const prompt = `Please ${'summarise everything '.repeat(20)}`;
     const result = await generateText({ model: new BuiltinLanguageModel(), prompt });

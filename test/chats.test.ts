@@ -199,8 +199,9 @@ describe('chat resources (built-in model, no provider configured)', () => {
     const names = eventNames(res.events);
     expect(names.at(-1)).toBe('done');
     expect(names.slice(0, -1).every((n) => n === 'content')).toBe(true);
-    // The first word is sent at once; words the model produces in a burst (no delay) are merged
-    // into fewer events (adaptive coalescing, issue 14).
+    // Word by word (issue 4): the model gives each word a turn of the loop of its own, so an idle
+    // process sends each as an event; a busy one (this test process may be) merges some of them
+    // (adaptive coalescing, issue 14), so only "several events" is certain here.
     expect(names.length).toBeGreaterThanOrEqual(3);
     expect(res.events[0].data.content.trim().split(/\s+/)).toHaveLength(1);
     const done = res.events.at(-1)!.data;

@@ -25,7 +25,7 @@ const MAX_PASSAGE_CHARS = 400;
 const MAX_ECHO_CHARS = 80;
 
 export interface BuiltinModelOptions {
-  /** Pause between streamed words; 0 (the default) streams as fast as the consumer reads. */
+  /** Pause between streamed words; 0 (the default): the next turn of the event loop. */
   wordDelayMs?: number;
 }
 
@@ -103,9 +103,12 @@ export class BuiltinLanguageModel implements LanguageModelV3 {
           controller.close();
           return;
         }
-        if (delayMs > 0 && part.type === 'text-delta' && index > 1) {
+        if (part.type === 'text-delta' && index > 1) {
           try {
-            await sleep(delayMs, signal);
+            // Each word in a turn of the event loop of its own (setImmediate without a delay): words
+            // made in one turn would be merged into one `content` event by the stream's coalescer.
+            if (delayMs > 0) await sleep(delayMs, signal);
+            else await new Promise<void>((resolve) => setImmediate(resolve));
           } catch (error) {
             controller.error(error);
             return;
