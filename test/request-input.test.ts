@@ -137,6 +137,22 @@ describe('request input: integers, empty bodies, unstorable text', () => {
     }
   });
 
+  it('holds a chat message to 1,048,576 characters, though the chat routes take 70 MB for attachments', async () => {
+    const long = 'x'.repeat(1_048_577);
+    const created = await call(t, 'POST', '/api/v2/chats', {
+      key: org.orgKey,
+      body: { project_id: org.projectId, content: long },
+    });
+    expectV2Error(created, 400, 'invalid_request');
+    expect(created.body.response.message).toContain('content');
+    expectV2Error(
+      await call(t, 'POST', `/api/v2/chats/${chatId}/messages`, { key: org.orgKey, body: { content: long } }),
+      400,
+      'invalid_request',
+    );
+    expect(fake.chatRequests()).toHaveLength(0);
+  });
+
   it('refuses a name of only whitespace (422, must not be blank), wherever a resource is named', async () => {
     for (const [url, body] of [
       ['/api/v1/artifact_types', { name: ' \t ' }],

@@ -146,9 +146,13 @@ export const ChatView = Type.Object(
 );
 export type ChatView = Static<typeof ChatView>;
 
+/** The largest user message: the 1 MiB of every other JSON body (the chat routes' own limit is for attachments). */
+export const MAX_CONTENT_CHARS = 1_048_576;
+
 const Content = Type.String({
   minLength: 1,
-  description: 'The user message; a skill runs from its slash command',
+  maxLength: MAX_CONTENT_CHARS,
+  description: `The user message (at most ${MAX_CONTENT_CHARS} characters); a skill runs from its slash command`,
 });
 const Stream = Type.Boolean({ default: false, description: 'Answer as text/event-stream (spec 6.1)' });
 
