@@ -137,6 +137,23 @@ describe('request input: integers, empty bodies, unstorable text', () => {
     }
   });
 
+  it('answers a body of another type than JSON 415, plain text included', async () => {
+    for (const type of ['text/plain', 'application/xml', 'application/x-www-form-urlencoded']) {
+      const v2 = await call(t, 'POST', '/api/v2/chats', {
+        key: org.orgKey,
+        headers: { 'content-type': type },
+        body: 'hello',
+      });
+      expectV2Error(v2, 415, 'unsupported_media_type');
+      const v1 = await call(t, 'POST', '/api/v1/projects', {
+        key: org.orgKey,
+        headers: { 'content-type': type },
+        body: 'hello',
+      });
+      expectV1Error(v1, 415, 'unsupported_media_type');
+    }
+  });
+
   it('holds a chat message to 1,048,576 characters, though the chat routes take 70 MB for attachments', async () => {
     const long = 'x'.repeat(1_048_577);
     const created = await call(t, 'POST', '/api/v2/chats', {

@@ -4,6 +4,7 @@ import { badRequest } from './errors.js';
 /**
  * How a JSON request body is read, the only rules on top of JSON itself:
  *
+ * - JSON is the only body type (multipart uploads aside, in their route's scope): any other is 415.
  * - No body at all, where the route's body has no required field, is `{}`.
  * - A request with `Content-Type: application/json` and no body (many HTTP clients send the header
  *   on every request) reaches a route that takes no body (a DELETE, an archive) or one whose
@@ -22,6 +23,9 @@ export function registerJsonBody(app: FastifyInstance): void {
   });
   const parseJson = app.getDefaultJsonParser('error', 'error');
   app.removeContentTypeParser('application/json');
+  // No route reads plain text: such a body is a 415 like any other type that is not JSON (Fastify's
+  // own text parser made it a string, and then a 400 "body must be object").
+  app.removeContentTypeParser('text/plain');
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, text, done) => {
     const body = text as string;
     if (body === '' && !requiresBody(request.routeOptions.schema?.body)) return done(null, undefined);
