@@ -170,6 +170,23 @@ describe('request input: integers, empty bodies, unstorable text', () => {
     expect(fake.chatRequests()).toHaveLength(0);
   });
 
+  it('refuses a value outside a closed list (a role, a key kind) with 422 naming the field', async () => {
+    const role = await call(t, 'POST', '/api/v1/users', {
+      key: org.orgKey,
+      body: { email: 'owner@example.com', role: 'owner' },
+    });
+    expectV1Error(role, 422, 'validation_failed');
+    expect(role.body.error.details).toEqual({ role: ['must be one of: admin, member'] });
+    const kind = await call(t, 'POST', '/api/v1/api_keys', {
+      key: org.orgKey,
+      body: { kind: 'super_admin' },
+    });
+    expectV1Error(kind, 422, 'validation_failed');
+    expect(Object.keys(kind.body.error.details)).toEqual(['kind']);
+    // Still a 400 when the type is wrong.
+    expectV1Error(await call(t, 'POST', '/api/v1/api_keys', { key: org.orgKey, body: { kind: 7 } }), 400);
+  });
+
   it('refuses a name of only whitespace (422, must not be blank), wherever a resource is named', async () => {
     for (const [url, body] of [
       ['/api/v1/artifact_types', { name: ' \t ' }],

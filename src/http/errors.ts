@@ -63,6 +63,7 @@ const RULE_KEYWORDS = new Set([
   'maxItems',
   'uniqueItems',
   'pattern',
+  'enum',
   'format',
   'minimum',
   'maximum',
@@ -95,7 +96,9 @@ function fromValidation(family: Family, error: FastifyError): ApiError {
         ? 'is required'
         : issue.keyword === 'pattern' && issue.params.pattern === NOT_BLANK
           ? 'must not be blank'
-          : (issue.message ?? 'is invalid');
+          : issue.keyword === 'enum'
+            ? `must be one of: ${issue.params.allowedValues.join(', ')}`
+            : (issue.message ?? 'is invalid');
     details[field] = [...(details[field] ?? []), message];
   }
   const summary = Object.entries(details)

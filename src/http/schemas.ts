@@ -1,4 +1,4 @@
-import { type TSchema, Type } from '@sinclair/typebox';
+import { type TSchema, type TUnsafe, Type } from '@sinclair/typebox';
 
 export const Nullable = <T extends TSchema>(schema: T) => Type.Union([schema, Type.Null()]);
 
@@ -11,6 +11,14 @@ export const Defaulted = <T extends TSchema>(schema: T): T => {
   if (schema.default === undefined) throw new Error('Defaulted() needs a schema with a default');
   return Type.Optional(schema) as unknown as T;
 };
+
+/**
+ * A closed list of strings, as a JSON Schema `enum` (typed clients get the union): an unknown value
+ * is a rule violation (422 naming the field and the values allowed, src/http/errors.ts) like
+ * every other well-formed but unacceptable value, not a 400 "must be equal to constant" per value.
+ */
+export const OneOf = <T extends string>(values: readonly T[]): TUnsafe<T> =>
+  Type.Unsafe<T>({ type: 'string', enum: [...values], examples: [values[0]] });
 
 /** At least one character that is not whitespace: a name of only spaces names nothing. */
 export const NOT_BLANK = '\\S';

@@ -1615,7 +1615,11 @@ export interface components {
             /** Format: email */
             email: string;
             name?: string;
-            role?: components["schemas"]["Role"];
+            /**
+             * @example admin
+             * @enum {string}
+             */
+            role?: "admin" | "member";
         };
         /** UserResponse */
         UserResponse: {
@@ -1626,7 +1630,11 @@ export interface components {
             /** Format: email */
             email?: string;
             name?: string;
-            role?: components["schemas"]["Role"];
+            /**
+             * @example admin
+             * @enum {string}
+             */
+            role?: "admin" | "member";
         };
         /** ApiKey */
         ApiKey: {
@@ -1648,6 +1656,10 @@ export interface components {
         };
         /** CreateApiKeyBody */
         CreateApiKeyBody: {
+            /**
+             * @example organization
+             * @enum {string}
+             */
             kind: "organization" | "personal";
             user_id?: number | null;
             name?: string;
@@ -2035,10 +2047,10 @@ export interface components {
         CreateModelConfigurationBody: {
             name: string;
             /**
-             * @description One of: openai-compatible, openai, anthropic, builtin
              * @example openai-compatible
+             * @enum {string}
              */
-            provider: string;
+            provider: "openai-compatible" | "openai" | "anthropic" | "builtin";
             /** @description The provider model id; optional for builtin */
             model?: string;
             base_url?: string | null;
@@ -2046,10 +2058,10 @@ export interface components {
             /** @description true makes this the default; the previous default stops being it */
             is_default?: boolean;
             /**
-             * @description One of: chat, embedding
              * @example chat
+             * @enum {string}
              */
-            purpose?: string;
+            purpose?: "chat" | "embedding";
             /** @description Credits charged per 1,000 tokens (default 0) */
             credits_per_1k_input_tokens?: number;
             /** @description Credits charged per 1,000 tokens (default 0) */
@@ -2063,10 +2075,10 @@ export interface components {
         UpdateModelConfigurationBody: {
             name?: string;
             /**
-             * @description One of: openai-compatible, openai, anthropic, builtin
              * @example openai-compatible
+             * @enum {string}
              */
-            provider?: string;
+            provider?: "openai-compatible" | "openai" | "anthropic" | "builtin";
             /** @description The provider model id; optional for builtin */
             model?: string;
             base_url?: string | null;
@@ -2074,10 +2086,10 @@ export interface components {
             /** @description true makes this the default; the previous default stops being it */
             is_default?: boolean;
             /**
-             * @description One of: chat, embedding
              * @example chat
+             * @enum {string}
              */
-            purpose?: string;
+            purpose?: "chat" | "embedding";
             /** @description Credits charged per 1,000 tokens (default 0) */
             credits_per_1k_input_tokens?: number;
             /** @description Credits charged per 1,000 tokens (default 0) */
@@ -2476,7 +2488,7 @@ export interface components {
             agent_id?: number;
             /** @description Default: the agent's, else the organization's default model */
             model_configuration_id?: number;
-            /** @description The user message; a skill runs from its slash command */
+            /** @description The user message (at most 1048576 characters); a skill runs from its slash command */
             content?: string;
             /**
              * @description Answer as text/event-stream (spec 6.1)
@@ -2616,7 +2628,7 @@ export interface components {
         };
         /** SendMessageBody */
         SendMessageBody: {
-            /** @description The user message; a skill runs from its slash command */
+            /** @description The user message (at most 1048576 characters); a skill runs from its slash command */
             content: string;
             /**
              * @description Answer as text/event-stream (spec 6.1)

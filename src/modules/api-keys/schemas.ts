@@ -1,6 +1,6 @@
 import { type Static, Type } from '@sinclair/typebox';
 import { Pagination } from '../../http/pagination.js';
-import { Nullable, Timestamp } from '../../http/schemas.js';
+import { Nullable, OneOf, Timestamp } from '../../http/schemas.js';
 
 export const ApiKey = Type.Object(
   {
@@ -19,7 +19,7 @@ export type ApiKey = Static<typeof ApiKey>;
 
 export const CreateApiKeyBody = Type.Object(
   {
-    kind: Type.Union([Type.Literal('organization'), Type.Literal('personal')]),
+    kind: OneOf(['organization', 'personal'] as const),
     user_id: Type.Optional(Nullable(Type.Integer({ minimum: 1, maximum: 2147483647 }))),
     name: Type.Optional(Type.String({ maxLength: 200 })),
   },

@@ -1,23 +1,10 @@
-import { type Static, type TUnsafe, Type } from '@sinclair/typebox';
+import { type Static, Type } from '@sinclair/typebox';
 import { Pagination } from '../../http/pagination.js';
-import { NameText, Nullable, Timestamp } from '../../http/schemas.js';
+import { NameText, Nullable, OneOf, Timestamp } from '../../http/schemas.js';
 import { PROVIDER_NAMES, type ProviderName } from '../../llm/providers.js';
 
 export const PURPOSES = ['chat', 'embedding'] as const;
 export type Purpose = (typeof PURPOSES)[number];
-
-/**
- * A closed list of strings, checked with a pattern: an unknown value is then a rule violation
- * (422 naming the field) like every other well-formed but unacceptable value, not a 400.
- */
-const oneOf = <T extends string>(values: readonly T[]): TUnsafe<T> =>
-  Type.Unsafe<T>(
-    Type.String({
-      pattern: `^(${values.map((v) => v.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('|')})$`,
-      description: `One of: ${values.join(', ')}`,
-      examples: [values[0]],
-    }),
-  );
 
 const Credits = Type.Number({ minimum: 0, description: 'Credits charged per 1,000 tokens (default 0)' });
 
@@ -44,7 +31,7 @@ export type ModelConfiguration = Static<typeof ModelConfiguration>;
 
 const fields = {
   name: NameText(200),
-  provider: oneOf<ProviderName>(PROVIDER_NAMES),
+  provider: OneOf<ProviderName>(PROVIDER_NAMES),
   model: Type.String({
     minLength: 1,
     maxLength: 200,
@@ -66,7 +53,7 @@ const fields = {
   is_default: Type.Boolean({
     description: 'true makes this the default; the previous default stops being it',
   }),
-  purpose: oneOf<Purpose>(PURPOSES),
+  purpose: OneOf<Purpose>(PURPOSES),
   credits_per_1k_input_tokens: Credits,
   credits_per_1k_output_tokens: Credits,
 };

@@ -1,8 +1,12 @@
 import { type Static, Type } from '@sinclair/typebox';
 import { Pagination } from '../../http/pagination.js';
-import { Timestamp } from '../../http/schemas.js';
+import { OneOf, Timestamp } from '../../http/schemas.js';
 
-export const Role = Type.Union([Type.Literal('admin'), Type.Literal('member')], { title: 'Role' });
+const ROLES = ['admin', 'member'] as const;
+export const Role = Type.Union(
+  ROLES.map((role) => Type.Literal(role)),
+  { title: 'Role' },
+);
 
 export const User = Type.Object(
   {
@@ -24,7 +28,7 @@ export const CreateUserBody = Type.Object(
   {
     email: Email,
     name: Type.Optional(Type.String({ maxLength: 200 })),
-    role: Type.Optional(Role),
+    role: Type.Optional(OneOf(ROLES)),
   },
   { title: 'CreateUserBody' },
 );
