@@ -231,7 +231,7 @@ describe('knowledge scoping', () => {
   });
   afterAll(() => t.close());
 
-  it('returns only documents sharing a group with the project, and for members only their groups', async () => {
+  it('returns only documents sharing a group with the project, and for personal keys only their groups', async () => {
     const member = await createMember(t, org);
     const shared = await createGroup(t, org, 'Shared', [member.userId]);
     const projectOnly = await createGroup(t, org, 'Project only');
@@ -276,11 +276,18 @@ describe('knowledge scoping', () => {
     // A member's personal key: also limited to the member's groups.
     const asMember = { userId: member.userId, role: 'member' as const };
     expect(ids(await runKnowledgeTool(t, org, project, 'obsidian lantern', asMember))).toEqual([inShared.id]);
-    // An admin user's personal key sees like the organization key.
+    // An admin user's personal key too (issue 6): the admin is in the default group only, so none
+    // of these; once they join a group, its documents.
     const asAdmin = { userId: org.adminUserId, role: 'admin' as const };
-    expect(ids(await runKnowledgeTool(t, org, project, 'obsidian lantern', asAdmin))).toEqual(
-      [inShared.id, inProjectOnly.id].sort(),
-    );
+    expect(ids(await runKnowledgeTool(t, org, project, 'obsidian lantern', asAdmin))).toEqual([]);
+    const joined = await call(t, 'POST', `/api/v1/groups/${projectOnly}/members`, {
+      key: org.orgKey,
+      body: { user_id: org.adminUserId },
+    });
+    expect([200, 201]).toContain(joined.status);
+    expect(ids(await runKnowledgeTool(t, org, project, 'obsidian lantern', asAdmin))).toEqual([
+      inProjectOnly.id,
+    ]);
     // Never another organization's documents, even with its project id.
     const leaked = await searchKnowledge(serviceContext(t, org), {
       projectId: foreignProject,

@@ -3,18 +3,19 @@ import type { OrgPrincipal } from '../core/principal.js';
 import { documentGroups, documents, groupMembers, projectGroups } from '../db/schema/index.js';
 
 /**
- * Who sees a document. Organization keys and admin users: every document of the organization.
- * Members: documents in at least one of their groups.
+ * Who sees a document. Organization keys: every document of the organization. Personal keys, an
+ * admin user's too: documents in at least one of their user's groups (issue 6: "personal keys
+ * additionally only see documents in their user's groups"; an admin may join any group).
  */
 export function documentVisibleTo(principal: OrgPrincipal): SQL {
   const inOrg = eq(documents.organizationId, principal.organizationId);
-  if (principal.role === 'admin') return inOrg;
+  if (principal.kind === 'organization') return inOrg;
   return and(inOrg, inGroupOfUser(principal.userId ?? 0))!;
 }
 
 /**
  * What a project's knowledge search may read: documents sharing a group with the project, and for
- * a member's personal key only those also in one of the member's groups.
+ * a personal key only those also in one of its user's groups.
  */
 export function documentVisibleToProject(principal: OrgPrincipal, projectId: number): SQL {
   const sharesProjectGroup = sql`exists (select 1 from ${documentGroups} join ${projectGroups} on ${projectGroups.groupId} = ${documentGroups.groupId}
