@@ -4,6 +4,7 @@ import { createArtifactType, createSkill, useFakeModel } from './artifacts-fixtu
 import {
   buildTestApp,
   call,
+  createMember,
   createOrg,
   expectStatus,
   expectV1Error,
@@ -185,6 +186,17 @@ describe('request input: integers, empty bodies, unstorable text', () => {
     expect(Object.keys(kind.body.error.details)).toEqual(['kind']);
     // Still a 400 when the type is wrong.
     expectV1Error(await call(t, 'POST', '/api/v1/api_keys', { key: org.orgKey, body: { kind: 7 } }), 400);
+  });
+
+  it("tells a member that a read is refused as a read: the organization's webhooks", async () => {
+    const member = await createMember(t, org);
+    for (const url of ['/api/v1/webhooks', '/api/v1/webhooks/1', '/api/v1/webhooks/1/deliveries']) {
+      const res = await call(t, 'GET', url, { key: member.key });
+      expectV1Error(res, 403, 'forbidden');
+      expect(res.body.error.message).toBe(
+        "Members may not read the organization's webhooks; only organization admins may",
+      );
+    }
   });
 
   it('refuses a name of only whitespace (422, must not be blank), wherever a resource is named', async () => {

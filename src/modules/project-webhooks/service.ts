@@ -7,7 +7,7 @@ import { notFound, unprocessable } from '../../http/errors.js';
 import { offsetOf, type PageQuery } from '../../http/pagination.js';
 import { checkOutboundUrl, OutboundUrlError } from '../../net/outbound.js';
 import { findProjectFor } from '../../policies/projects.js';
-import { requireAdmin } from '../../policies/roles.js';
+import { requireAdmin, requireAdminToRead } from '../../policies/roles.js';
 import { type CreateWebhookBody, ORGANIZATION_WEBHOOK_EVENTS, WEBHOOK_EVENTS } from './schemas.js';
 
 /** Standard Webhooks secret format: `whsec_` + base64 of random bytes (32 here; the spec allows 24-64). */
@@ -135,7 +135,7 @@ const ofOrganization = (ctx: ServiceContext) =>
 
 /** Organization webhooks see every project's events: reading them is for admins, as writing is. */
 export async function listOrganizationWebhooks(ctx: ServiceContext, page: PageQuery) {
-  requireAdmin(ctx.principal);
+  requireAdminToRead(ctx.principal, "the organization's webhooks");
   const where = ofOrganization(ctx);
   const [rows, [{ total }]] = await Promise.all([
     ctx.db
@@ -151,7 +151,7 @@ export async function listOrganizationWebhooks(ctx: ServiceContext, page: PageQu
 }
 
 export async function getOrganizationWebhook(ctx: ServiceContext, webhookId: number) {
-  requireAdmin(ctx.principal);
+  requireAdminToRead(ctx.principal, "the organization's webhooks");
   const [row] = await ctx.db
     .select()
     .from(projectWebhooks)

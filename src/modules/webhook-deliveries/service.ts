@@ -14,7 +14,7 @@ import {
   scheduleAttempt,
 } from '../../jobs/webhook-delivery.js';
 import { findProjectFor } from '../../policies/projects.js';
-import { requireAdmin } from '../../policies/roles.js';
+import { requireAdmin, requireAdminToRead } from '../../policies/roles.js';
 
 export const TEST_EVENT_NAME = 'webhook_test';
 
@@ -24,7 +24,8 @@ export type WebhookOwner = number | null;
 /** The webhook of a project the key may use, or an organization webhook; 404 for anything else (never revealing other orgs'). */
 async function findWebhook(ctx: ServiceContext, owner: WebhookOwner, webhookId: number) {
   if (owner === null) {
-    requireAdmin(ctx.principal);
+    // Writes (redeliver, test) check requireAdmin before; here the read's refusal.
+    requireAdminToRead(ctx.principal, "the organization's webhooks");
   } else {
     const found = await findProjectFor(ctx.db, ctx.principal, owner);
     if (!found?.allowed) throw notFound('Project');
