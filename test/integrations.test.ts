@@ -4,7 +4,7 @@ import { eq } from 'drizzle-orm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
-import { integrations, projects } from '../src/db/schema/index.js';
+import { integrations } from '../src/db/schema/index.js';
 import { isPrivateAddress } from '../src/net/outbound.js';
 import {
   buildTestApp,
@@ -233,12 +233,15 @@ describe('integrations API', () => {
   });
 
   it('keeps an integration scoped to nothing when its only project is deleted, rather than every project', async () => {
-    const [project] = await t.deps.database.db
-      .insert(projects)
-      .values({ organizationId: org.organizationId, name: 'Short-lived' })
-      .returning({ id: projects.id });
+    const made = await call(t, 'POST', '/api/v1/projects', {
+      key: org.orgKey,
+      body: { name: 'Short-lived', use_default_group: true },
+    });
+    const project = made.body.project as { id: number };
     const created = await create({ name: 'Narrow', url: server.url, project_ids: [project.id] });
-    await t.deps.database.db.delete(projects).where(eq(projects.id, project.id));
+    // Deleted through the API: a soft delete, which no foreign key cascades.
+    const deleted = await call(t, 'DELETE', `/api/v1/projects/${project.id}`, { key: org.orgKey });
+    expect(deleted.status).toBe(200);
     const res = await call(t, 'GET', `/api/v1/integrations/${created.body.integration.id}`, {
       key: org.orgKey,
     });

@@ -2,7 +2,13 @@ import { and, count, eq, isNull, type SQL, sql } from 'drizzle-orm';
 import { fieldsOf, recordAudit } from '../../audit/record.js';
 import type { ServiceContext } from '../../core/context.js';
 import type { Queryable } from '../../db/client.js';
-import { type ProjectRow, projectCategories, projectGroups, projects } from '../../db/schema/index.js';
+import {
+  integrationProjects,
+  type ProjectRow,
+  projectCategories,
+  projectGroups,
+  projects,
+} from '../../db/schema/index.js';
 import { notFound } from '../../http/errors.js';
 import { offsetOf } from '../../http/pagination.js';
 import { findProjectFor, projectVisibleTo } from '../../policies/projects.js';
@@ -133,6 +139,9 @@ export async function deleteProject(ctx: ServiceContext, id: number) {
       .update(projects)
       .set({ deletedAt: sql`now()`, updatedAt: sql`now()` })
       .where(and(eq(projects.id, id), isNull(projects.deletedAt)));
+    // The row stays (soft delete), so nothing cascades: an integration limited to this project
+    // loses it (and, with no project left, applies to none; docs/integrations.md).
+    await tx.delete(integrationProjects).where(eq(integrationProjects.projectId, id));
     await recordAudit(tx, ctx, { action: 'project.deleted', resource: { type: 'project', id } });
   });
 }
