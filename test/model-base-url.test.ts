@@ -219,6 +219,30 @@ describe('provider error text', () => {
     expect(JSON.stringify(res.data)).not.toContain('INTERNAL-SECRET');
   });
 
+  it('calls an answer that broke off mid-stream so, not an HTTP 200 failure', async () => {
+    fake.setResponder(() => ({ chunks: ['One ', 'two ', 'three ', 'four'], failAfterChunks: 2 }));
+    const slug = `memo-${Math.random().toString(36).slice(2, 7)}`;
+    const type = await createArtifactType(t, org, slug, 'Memo');
+    const skill = await createSkill(t, org, {
+      name: `Broken ${slug}`,
+      content: 'Write.',
+      typeIds: [type.id],
+    });
+    const res = await call(
+      t,
+      'POST',
+      `/api/v1/artifact_types/${slug}/artifacts?project_id=${org.projectId}`,
+      {
+        key: org.orgKey,
+        body: { skill_id: skill.id, inputs: [] },
+      },
+    );
+    expectV1Error(res, 500, 'generation_failed');
+    expect(res.body.error.message).toMatch(/broke off|could not be reached|other side closed/);
+    expect(res.body.error.message).not.toContain('answered HTTP 200');
+    fake.setResponder(null);
+  });
+
   it('stays out of artifact errors and the artifact_generation_failed payload', async () => {
     fake.setResponder(leaky);
     const slug = `memo-${Math.random().toString(36).slice(2, 7)}`;

@@ -16,6 +16,9 @@ export function providerFailure(err: unknown): string | null {
   const refused = outboundRefusal(err);
   if (refused) return `the model's base URL is refused: ${refused.message}`;
   if (APICallError.isInstance(err)) {
+    // A 2xx status on a failure: the answer started, then its stream broke off or could not be read.
+    if (err.statusCode && err.statusCode >= 200 && err.statusCode < 300)
+      return `the provider's answer broke off (HTTP ${err.statusCode})`;
     return err.statusCode
       ? `the provider answered HTTP ${err.statusCode}`
       : 'the provider could not be reached';
