@@ -144,6 +144,19 @@ describe('BuiltinLanguageModel', () => {
     expect(deltas.length).toBeGreaterThan(20);
   });
 
+  it('searches a message longer than the tool takes by its first 2,000 characters', async () => {
+    const calls: string[] = [];
+    const long = `How do I reset my password? ${'Details follow. '.repeat(300)}`;
+    const result = await generateText({
+      model: new BuiltinLanguageModel(),
+      prompt: long,
+      tools: { knowledge_search: knowledgeTool(calls) },
+      stopWhen: stepCountIs(3),
+    });
+    expect(calls).toEqual([long.slice(0, 2000)]);
+    expect(result.steps[0].toolResults).toHaveLength(1);
+  });
+
   it('does the same through generateText (doGenerate)', async () => {
     const calls: string[] = [];
     const result = await generateText({

@@ -19,6 +19,8 @@ import { IMAGE_FORMAT_NAMES, imageInfo } from './image-info.js';
 export const BUILTIN_PROVIDER = 'builtin';
 export const BUILTIN_MODEL_ID = 'scriptorium-offline';
 export const KNOWLEDGE_SEARCH_TOOL = 'knowledge_search';
+/** The longest `query` knowledge_search takes (llm/tools/knowledge.ts); the built-in model cuts to it. */
+export const MAX_SEARCH_QUERY_CHARS = 2000;
 
 const MAX_QUOTED_PASSAGES = 3;
 const MAX_PASSAGE_CHARS = 400;
@@ -200,7 +202,8 @@ function planPlainReply(
       kind: 'tool-call',
       toolCallId: `builtin-call-${previousCalls + 1}`,
       toolName: KNOWLEDGE_SEARCH_TOOL,
-      input: { query: userText },
+      // A long message is searched by its beginning: the tool refuses a longer query.
+      input: { query: userText.slice(0, MAX_SEARCH_QUERY_CHARS) },
     };
   }
 

@@ -1,7 +1,7 @@
 import { tool } from 'ai';
 import { z } from 'zod';
 import { DEFAULT_PASSAGES, searchKnowledge } from '../../knowledge/project-search.js';
-import { KNOWLEDGE_SEARCH_TOOL } from '../builtin-model.js';
+import { KNOWLEDGE_SEARCH_TOOL, MAX_SEARCH_QUERY_CHARS } from '../builtin-model.js';
 import type { ToolFamily } from './registry.js';
 
 /**
@@ -9,7 +9,7 @@ import type { ToolFamily } from './registry.js';
  * object (llm/lean-client.ts, wireTools), so a schema built per turn cost zod work on every turn.
  */
 const knowledgeSearchInput = z.object({
-  query: z.string().min(1).max(2000).describe('What to look for, in natural language or keywords'),
+  query: z.string().min(1).max(MAX_SEARCH_QUERY_CHARS).describe('What to look for, in natural language or keywords'),
 });
 
 /**
