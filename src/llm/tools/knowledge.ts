@@ -9,7 +9,11 @@ import type { ToolFamily } from './registry.js';
  * object (llm/lean-client.ts, wireTools), so a schema built per turn cost zod work on every turn.
  */
 const knowledgeSearchInput = z.object({
-  query: z.string().min(1).max(MAX_SEARCH_QUERY_CHARS).describe('What to look for, in natural language or keywords'),
+  query: z
+    .string()
+    .min(1)
+    .max(MAX_SEARCH_QUERY_CHARS)
+    .describe('What to look for, in natural language or keywords'),
 });
 
 /**
