@@ -25,34 +25,51 @@ import { readSse } from './helpers/sse.js';
 
 const SECRET_WORDS = 'heron colony nests near the weir';
 
-describe('traces (OTLP over HTTP)', () => {
-  let otlp: OtlpReceiver;
-  let fake: FakeModelServer;
-  let mcp: TestMcpServer;
-  let db: ServiceDatabase;
-  let boot: BootstrapResult;
-  let server: ServerProcess;
-
+/** A service process exporting its traces to a receiver on loopback, with the fake model; one per describe. */
+function useTracedService(extraEnv: Record<string, string> = {}) {
+  const service = {} as {
+    otlp: OtlpReceiver;
+    fake: FakeModelServer;
+    db: ServiceDatabase;
+    boot: BootstrapResult;
+    server: ServerProcess;
+  };
   beforeAll(async () => {
-    otlp = await startOtlpReceiver();
-    fake = await startFakeModelServer();
-    mcp = await startMcpServer();
-    db = await projectDatabase();
+    service.otlp = await startOtlpReceiver();
+    service.fake = await startFakeModelServer();
+    service.db = await projectDatabase();
     const env = serviceEnv({
-      ...db.env,
-      ...fakeModelEnv(fake.baseUrl),
-      OTEL_EXPORTER_OTLP_ENDPOINT: otlp.url,
+      ...service.db.env,
+      ...fakeModelEnv(service.fake.baseUrl),
+      OTEL_EXPORTER_OTLP_ENDPOINT: service.otlp.url,
       OTEL_SERVICE_NAME: 'scriptorium-test',
       OTEL_BSP_SCHEDULE_DELAY: '100',
+      ...extraEnv,
     });
-    boot = await bootstrapService(env);
-    server = await startServer(env);
+    service.boot = await bootstrapService(env);
+    service.server = await startServer(env);
   }, 120_000);
   afterAll(async () => {
-    await server?.stop().catch(() => {});
-    await killAllProcesses();
-    await Promise.all([otlp?.close(), fake?.close(), mcp?.close(), db?.drop()]);
+    await service.server?.stop().catch(() => {});
+    await Promise.all([service.otlp?.close(), service.fake?.close(), service.db?.drop()]);
   });
+  return service;
+}
+
+afterAll(() => killAllProcesses());
+
+describe('traces (OTLP over HTTP)', () => {
+  const service = useTracedService();
+  let mcp: TestMcpServer;
+  let otlp: OtlpReceiver;
+  let fake: FakeModelServer;
+  let boot: BootstrapResult;
+  let server: ServerProcess;
+  beforeAll(async () => {
+    ({ otlp, fake, boot, server } = service);
+    mcp = await startMcpServer();
+  });
+  afterAll(() => mcp?.close());
 
   it('a streamed turn with a tool call is one trace: HTTP, turn, model, execute_tool and database spans', async () => {
     const key = boot.organization_key;
@@ -236,50 +253,25 @@ describe('traces (OTLP over HTTP)', () => {
 });
 
 describe('traces with OTEL_RECORD_CONTENT=true', () => {
-  let otlp: OtlpReceiver;
-  let fake: FakeModelServer;
-  let db: ServiceDatabase;
-  let boot: BootstrapResult;
-  let server: ServerProcess;
-
-  beforeAll(async () => {
-    otlp = await startOtlpReceiver();
-    fake = await startFakeModelServer();
-    db = await projectDatabase();
-    const env = serviceEnv({
-      ...db.env,
-      ...fakeModelEnv(fake.baseUrl),
-      OTEL_EXPORTER_OTLP_ENDPOINT: otlp.url,
-      OTEL_SERVICE_NAME: 'scriptorium-test',
-      OTEL_BSP_SCHEDULE_DELAY: '100',
-      OTEL_RECORD_CONTENT: 'true',
-    });
-    boot = await bootstrapService(env);
-    server = await startServer(env);
-  }, 120_000);
-  afterAll(async () => {
-    await server?.stop().catch(() => {});
-    await killAllProcesses();
-    await Promise.all([otlp?.close(), fake?.close(), db?.drop()]);
-  });
+  const service = useTracedService({ OTEL_RECORD_CONTENT: 'true' });
 
   it('records each model step: the prompt, and the reply with its tool calls', async () => {
-    const key = boot.organization_key;
-    const created = await request(server.baseUrl, 'POST', '/api/v2/chats', {
+    const key = service.boot.organization_key;
+    const created = await request(service.server.baseUrl, 'POST', '/api/v2/chats', {
       key,
-      body: { project_id: boot.project_id },
+      body: { project_id: service.boot.project_id },
     });
     const chatId = (created.body as any).response.chat.id;
-    fake.enqueue(
+    service.fake.enqueue(
       { toolCalls: [{ name: 'list_skills', arguments: {} }] },
       { text: 'There are no skills yet.' },
     );
-    const res = await request(server.baseUrl, 'POST', `/api/v2/chats/${chatId}/messages`, {
+    const res = await request(service.server.baseUrl, 'POST', `/api/v2/chats/${chatId}/messages`, {
       key,
       body: { content: 'Which skills are there?' },
     });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
-    const steps = () => otlp.spans.filter((s) => s.name === 'chat fake-model');
+    const steps = () => service.otlp.spans.filter((s) => s.name === 'chat fake-model');
     await waitUntil(() => steps().length === 2, { timeoutMs: 15_000, what: 'both model spans' });
     const outputs = steps().map((s) => JSON.parse(String(s.attributes['gen_ai.output.messages'])));
     expect(outputs).toContainEqual([
