@@ -6,7 +6,7 @@ import { eq } from 'drizzle-orm';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { chatQueuedMessages, organizations } from '../src/db/schema/index.js';
 import { addModel, type ChatTestApp, startChatApp } from './chats-support.js';
-import { call, createOrg, expectStatus, expectV2Error, type TestOrg } from './helpers/app.js';
+import { busyEventData, call, createOrg, expectStatus, expectV2Error, type TestOrg } from './helpers/app.js';
 import {
   type FakeModelServer,
   type RecordedRequest,
@@ -166,12 +166,7 @@ describe('if_busy', () => {
         {
           id: '1',
           event: 'error',
-          data: {
-            message: expect.any(String),
-            code: 409,
-            error: 'turn_in_progress',
-            running_turn: { id: expect.any(Number), stream_url: `/api/v2/chats/${chatId}/stream` },
-          },
+          data: busyEventData(chatId),
         },
       ]);
     }

@@ -31,7 +31,7 @@ import {
   streamedText,
   testKnowledgeFamily,
 } from './chats-support.js';
-import { call, createOrg, expectStatus, expectV2Error, type TestOrg } from './helpers/app.js';
+import { busyEventData, call, createOrg, expectStatus, expectV2Error, type TestOrg } from './helpers/app.js';
 import { backend } from './helpers/database.js';
 import {
   type FakeModelServer,
@@ -713,15 +713,7 @@ describe('chat turns against a model server', () => {
       expect(streamed.events).toEqual([
         {
           event: 'error',
-          data: {
-            message: expect.any(String),
-            code: 409,
-            error: 'turn_in_progress',
-            running_turn: {
-              id: expect.any(Number),
-              stream_url: expect.stringMatching(/^\/api\/v2\/chats\/\d+\/stream$/),
-            },
-          },
+          data: busyEventData(),
         },
       ]);
       // Longer than the 600 ms lease: only renewal keeps the chat locked.

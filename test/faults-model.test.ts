@@ -3,8 +3,10 @@
  * answers, one that stalls mid-reply, one that is slow but alive. Each time the client hears about
  * it, the chat is kept and its lock is released, so the next message is answered.
  */
+
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { BootstrapResult } from '../src/modules/bootstrap/service.js';
+import { busyEventData } from './helpers/app.js';
 import { type FakeModelServer, startFakeModelServer } from './helpers/fake-model-server.js';
 import {
   bootstrapService,
@@ -215,15 +217,7 @@ describe('faults of the model (real server process)', () => {
     expect(busyStream.events).toEqual([
       {
         event: 'error',
-        data: {
-          message: expect.any(String),
-          code: 409,
-          error: 'turn_in_progress',
-          running_turn: {
-            id: expect.any(Number),
-            stream_url: expect.stringMatching(/^\/api\/v2\/chats\/\d+\/stream$/),
-          },
-        },
+        data: busyEventData(),
       },
     ]);
 

@@ -10,7 +10,15 @@ import {
   streamedText,
   testKnowledgeFamily,
 } from './chats-support.js';
-import { call, createOrg, expectStatus, expectV1Error, expectV2Error, type TestOrg } from './helpers/app.js';
+import {
+  busyEventData,
+  call,
+  createOrg,
+  expectStatus,
+  expectV1Error,
+  expectV2Error,
+  type TestOrg,
+} from './helpers/app.js';
 import { type FakeModelServer, startFakeModelServer } from './helpers/fake-model-server.js';
 import { readSse } from './helpers/sse.js';
 import { idsOf, range, type SecondProcess, startSecondProcess } from './streams-support.js';
@@ -203,15 +211,7 @@ describe('Idempotency-Key on streamed chat requests', () => {
       {
         id: '1',
         event: 'error',
-        data: {
-          message: expect.any(String),
-          code: 409,
-          error: 'turn_in_progress',
-          running_turn: {
-            id: expect.any(Number),
-            stream_url: expect.stringMatching(/^\/api\/v2\/chats\/\d+\/stream$/),
-          },
-        },
+        data: busyEventData(),
       },
     ]);
     await busy;

@@ -156,6 +156,25 @@ export function expectV2Error(res: ApiResponse, status: number, code?: string) {
   });
 }
 
+/**
+ * The data of a streamed 409 `error` event: the chat is busy with the turn it names (issue 17), as
+ * the blocking 409's `response.running_turn`. Without `chatId`, any chat's stream URL.
+ */
+export function busyEventData(chatId?: number) {
+  return {
+    message: expect.any(String),
+    code: 409,
+    error: 'turn_in_progress',
+    running_turn: {
+      id: expect.any(Number),
+      stream_url:
+        chatId === undefined
+          ? expect.stringMatching(/^\/api\/v2\/chats\/\d+\/stream$/)
+          : `/api/v2/chats/${chatId}/stream`,
+    },
+  };
+}
+
 export interface TestOrg {
   organizationId: number;
   orgKey: string;
