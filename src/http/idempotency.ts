@@ -50,7 +50,8 @@ export function registerIdempotency(app: FastifyInstance) {
   app.decorateRequest('idempotencyStreamAfter', 0);
 
   app.addHook('preHandler', async (request, reply) => {
-    if (isMultipart(request)) return;
+    // Most requests carry no key: nothing to hash, nothing to look up.
+    if (request.method !== 'POST' || request.headers[HEADER] === undefined || isMultipart(request)) return;
     return claim(request, reply, canonicalJson(request.body));
   });
 
