@@ -123,13 +123,12 @@ export async function buildApp(deps: AppDeps, options: BuildOptions = {}): Promi
   // period to finish, then are cancelled, so their streams end instead of holding the shutdown up.
   // The resources themselves are closed by the composition root (src/root.ts) after the app.
   let closing = false;
-  app.addHook('onRequest', async (_request, reply) => {
-    if (!closing) return;
+  // A callback hook, not an async one: it runs on every request and almost always does nothing.
+  app.addHook('onRequest', (_request, reply, done) => {
+    if (!closing) return done();
     reply.header('connection', 'close');
-    throw new ApiError(
-      503,
-      'shutting_down',
-      'This server is shutting down; retry the request on another one',
+    done(
+      new ApiError(503, 'shutting_down', 'This server is shutting down; retry the request on another one'),
     );
   });
   app.addHook('preClose', async () => {
