@@ -134,8 +134,9 @@ describe('the model request of a chat’s next message, sent early', () => {
 
     const timing = (events.find((e) => e.event === 'done')!.data as any).message.timing;
     // The request left before the wait and its first chunk came about 50 ms later: that is the
-    // model's time. The 500 ms the chunk then waited for the statement is the service's.
-    expect(timing.model_first_token_ms).toBeGreaterThanOrEqual(50);
+    // model's time. The 500 ms the chunk then waited for the statement is the service's. (The fake
+    // times its 50 ms in its own process, so this side may read a little less: 49.7 failed a CI run.)
+    expect(timing.model_first_token_ms).toBeGreaterThanOrEqual(45);
     expect(timing.model_first_token_ms).toBeLessThan(400);
     expect(timing.overhead_ms).toBeGreaterThanOrEqual(300);
     expect(timing.overhead_ms + timing.model_first_token_ms).toBeLessThanOrEqual(timing.total_ms);
