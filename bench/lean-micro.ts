@@ -41,7 +41,11 @@ async function main() {
   const port = await new Promise<number>((resolve) =>
     createInterface({ input: fake.stdout! }).once('line', (line) => resolve(JSON.parse(line).port)),
   );
-  const agent = new Agent({ connections: C + 10 });
+  // LEAN_MICRO_CLIENT=undici measures undici's Agent in place of the service's own stream client.
+  const agent =
+    process.env.LEAN_MICRO_CLIENT === 'undici'
+      ? new Agent({ connections: C + 10 })
+      : new (await import(path.join(root, 'src/net/stream-client.ts'))).StreamClient();
   const model = {
     provider: 'openai-compatible',
     model: 'bench',

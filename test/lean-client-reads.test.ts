@@ -2,12 +2,15 @@
  * The lean model client yields one text delta per read of the model's response (every content
  * delta parsed from that read, concatenated), not one per SSE line: one hop through the
  * generators and the turn runner per read. Order against errors and the step's end is kept.
+ * Both dispatchers a call can go through are checked: the service's own stream client
+ * (net/stream-client.ts) and undici's Agent (used when tracing is on).
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Agent } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type LeanModel, streamLean, type TurnStreamPart } from '../src/llm/lean-client.js';
+import { StreamClient, type StreamDispatcher } from '../src/net/stream-client.js';
 import { CoalescingScheduler } from '../src/streams/coalescer.js';
 import { sleep } from './streams-support.js';
 
@@ -24,7 +27,7 @@ const done = 'data: [DONE]\n\n';
 let writes: (string | Buffer | number)[] = [];
 let server: http.Server;
 let model: LeanModel;
-const agent = new Agent();
+let dispatcher: StreamDispatcher;
 
 beforeAll(async () => {
   server = http.createServer((req, res) => {
@@ -49,11 +52,10 @@ beforeAll(async () => {
     model: 'm',
     url: `http://127.0.0.1:${port}/v1/chat/completions`,
     headers: { 'content-type': 'application/json' },
-    dispatcher: () => agent,
+    dispatcher: () => dispatcher,
   };
 });
 afterAll(async () => {
-  await agent.close();
   await new Promise((resolve) => server.close(resolve));
 });
 
@@ -72,7 +74,20 @@ async function parts(scheduler?: CoalescingScheduler): Promise<{ parts: TurnStre
   return { parts: out, usage: await stream.totalUsage };
 }
 
-describe('lean client reads', () => {
+const dispatchers: [string, () => StreamDispatcher & { close(): unknown }][] = [
+  ['the stream client', () => new StreamClient()],
+  ["undici's Agent", () => new Agent()],
+];
+
+describe.each(dispatchers)('lean client reads, through %s', (_name, make) => {
+  const made = make();
+  beforeAll(() => {
+    dispatcher = made;
+  });
+  afterAll(async () => {
+    await made.close();
+  });
+
   it('yields the content deltas of one read as one text delta, in order', async () => {
     writes = [
       content('Hel') + content('lo'),

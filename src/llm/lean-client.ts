@@ -2,7 +2,7 @@ import { performance } from 'node:perf_hooks';
 import { StringDecoder } from 'node:string_decoder';
 import { APICallError } from '@ai-sdk/provider';
 import { asSchema, type ModelMessage, type Tool } from 'ai';
-import type { Dispatcher } from 'undici';
+import type { StreamDispatcher, StreamHandler } from '../net/stream-client.js';
 import { type CoalescingScheduler, defaultScheduler, type Flushable } from '../streams/coalescer.js';
 import { startModelSpan } from '../telemetry/tracing.js';
 import { DEFAULT_RETRY_POLICY, type RetryPolicy, retrying } from './bounded-retries.js';
@@ -85,7 +85,7 @@ export interface LeanModel {
   url: string;
   headers: Record<string, string>;
   /** The URL guard (net/model-base-url.ts): checks the URL, returns the dispatcher that checks addresses. */
-  dispatcher: (url: string) => Dispatcher;
+  dispatcher: (url: string) => StreamDispatcher;
 }
 
 export interface LeanStreamOptions {
@@ -587,7 +587,7 @@ const MAX_EARLY_CHARS = 16 * 1024;
  * buffered here but what arrives before the call takes over. A failure before the stream starts
  * is an `APICallError`, as from the SDK.
  */
-export class ModelResponse implements Dispatcher.DispatchHandlers {
+export class ModelResponse implements StreamHandler {
   /** Set once the body is done (`complete`) or failed (`failure`). */
   complete = false;
   /** When the body's first bytes arrived (`performance.now()`), perhaps before anyone read them. */
@@ -643,7 +643,7 @@ export class ModelResponse implements Dispatcher.DispatchHandlers {
     if (this.signal.aborted) abort(this.signal.reason);
   }
 
-  onHeaders(statusCode: number, rawHeaders: Buffer[] | string[] | null, resume: () => void): boolean {
+  onHeaders(statusCode: number, rawHeaders: (Buffer | string)[] | null, resume: () => void): boolean {
     this.status = statusCode;
     this.resumeRequest = resume;
     if (statusCode >= 200 && statusCode < 300) {

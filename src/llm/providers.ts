@@ -3,6 +3,7 @@ import { createOpenAI } from '@ai-sdk/openai';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
 import type { EmbeddingModelV3, LanguageModelV3 } from '@ai-sdk/provider';
 import { guardedModelDispatcher, guardedModelFetch, type ModelUrlRule } from '../net/model-base-url.js';
+import { tracingEnabled } from '../telemetry/tracing.js';
 import { BuiltinLanguageModel } from './builtin-model.js';
 import type { LeanModel } from './lean-client.js';
 
@@ -107,7 +108,7 @@ export function leanModelOf(settings: ModelSettings): LeanModel | null {
         ? { authorization: `Bearer ${apiKey}` }
         : {}),
     },
-    dispatcher: guardedModelDispatcher(settings.outbound),
+    dispatcher: guardedModelDispatcher(settings.outbound, tracingEnabled),
   };
 }
 

@@ -1,5 +1,6 @@
-import { Agent, type Dispatcher, getGlobalDispatcher, fetch as undiciFetch } from 'undici';
+import { Agent, getGlobalDispatcher, fetch as undiciFetch } from 'undici';
 import { checkOutboundUrl, guardedLookup, OutboundUrlError } from './outbound.js';
+import { StreamClient, type StreamDispatcher } from './stream-client.js';
 
 /** What decides where a model configuration's `base_url` may point. */
 export interface ModelUrlRule {
@@ -71,18 +72,40 @@ export function guardedModelFetch(rule: ModelUrlRule): typeof fetch {
   };
 }
 
+/** The process's stream clients, made when first used: one that checks resolved addresses, one that does not. */
+const streamClients = new Map<'guarded' | 'open', StreamClient>();
+
+function streamClient(kind: 'guarded' | 'open'): StreamClient {
+  let client = streamClients.get(kind);
+  if (!client) {
+    client = new StreamClient(kind === 'guarded' ? { lookup: guardedLookup(false) } : {});
+    streamClients.set(kind, client);
+  }
+  return client;
+}
+
 /**
- * The same guard for undici's `request` (the lean model client, llm/lean-client.ts): the URL is
- * checked on every call (throws `OutboundUrlError`), and the dispatcher to use is returned: one
- * that checks resolved addresses, unless private addresses are allowed or the host is allow-listed.
+ * The same guard for the lean model client (llm/lean-client.ts): the URL is checked on every call
+ * (throws `OutboundUrlError`), and the dispatcher to use is returned: one that checks resolved
+ * addresses, unless private addresses are allowed or the host is allow-listed. Calls go through
+ * the process's own stream client (net/stream-client.ts), or through undici when `instrumented`
+ * says tracing is on: OpenTelemetry's undici instrumentation gives the model request its client
+ * span and its `traceparent`.
  */
-export function guardedModelDispatcher(rule: ModelUrlRule): (url: string) => Dispatcher {
+export function guardedModelDispatcher(
+  rule: ModelUrlRule,
+  instrumented: () => boolean = () => false,
+): (url: string) => StreamDispatcher {
   let agent: Agent | null = null;
   return (raw) => {
-    if (rule.outboundAllowPrivate) return getGlobalDispatcher();
-    const url = assertModelBaseUrlAllowed(raw, rule);
-    if (isAllowListed(url, rule.modelBaseUrlAllow)) return getGlobalDispatcher();
-    agent ??= new Agent({ connect: { lookup: guardedLookup(false) } });
-    return agent;
+    const open =
+      rule.outboundAllowPrivate ||
+      isAllowListed(assertModelBaseUrlAllowed(raw, rule), rule.modelBaseUrlAllow);
+    if (instrumented()) {
+      if (open) return getGlobalDispatcher();
+      agent ??= new Agent({ connect: { lookup: guardedLookup(false) } });
+      return agent;
+    }
+    return streamClient(open ? 'open' : 'guarded');
   };
 }

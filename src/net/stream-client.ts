@@ -1,0 +1,429 @@
+import net, { isIP, type LookupFunction } from 'node:net';
+import tls from 'node:tls';
+
+/**
+ * A small HTTP/1.1 client for the lean model client's streamed responses (docs/decisions.md, "The model's socket is read without a Readable"). undici reads its sockets
+ * through Node's `Readable`: every read of a streaming model response (one per token, about 200
+ * per reply) allocates a Buffer, goes through the stream's bookkeeping and a tick, and then
+ * through undici's parser. Here a connection's socket is opened with Node's `onread` option: the
+ * kernel's bytes land in one buffer the process reuses, and this parser hands the body's bytes
+ * to the handler from it, in place.
+ *
+ * It does what the lean client needs and no more: one request at a time per connection, a
+ * string body with Content-Length, responses framed by chunked encoding, Content-Length or the
+ * connection's end, keep-alive connections reused per origin. The handler is the subset of
+ * undici's dispatch handler that `ModelResponse` implements, so either client can carry a call.
+ */
+
+/** What the lean client hands to a dispatcher (a subset of undici's `DispatchOptions`). */
+export interface StreamRequest {
+  origin: string;
+  path: string;
+  method: 'POST';
+  headers: Record<string, string>;
+  body: string;
+}
+
+/** The dispatch handler's callbacks, as undici calls them (its raw headers are Buffers, ours strings). */
+export interface StreamHandler {
+  onConnect(abort: (err?: Error) => void): void;
+  onHeaders(statusCode: number, rawHeaders: (Buffer | string)[] | null, resume: () => void): boolean;
+  /** A piece of the body; valid only during the call (the buffer is reused). False pauses reading. */
+  onData(chunk: Buffer): boolean;
+  onComplete(trailers: string[] | null): void;
+  onError(err: Error): void;
+}
+
+/** Anything a lean model call can be dispatched to: this client or an undici `Dispatcher`. */
+export interface StreamDispatcher {
+  dispatch(request: StreamRequest, handler: StreamHandler): boolean;
+}
+
+export interface StreamClientOptions {
+  /** Resolves host names (the outbound guard's `guardedLookup`); Node's own when absent. */
+  lookup?: LookupFunction;
+  /** An idle connection is closed after this long (undici's default keep-alive timeout). */
+  keepAliveMs?: number;
+  connectTimeoutMs?: number;
+  /** The response's head, and then each gap in its body, may take this long (undici's defaults). */
+  readTimeoutMs?: number;
+  /** Certificates trusted for https in place of Node's (tests); Node's own when absent. */
+  ca?: string | Buffer;
+}
+
+/** Bytes of a response head, or of a chunk-size or trailer line, beyond which the response is refused. */
+const MAX_HEAD_BYTES = 64 * 1024;
+
+/**
+ * The buffer every connection's reads land in. Reads are handled synchronously, one at a time, so
+ * one buffer serves all connections; a paused connection copies what it has not handled yet.
+ */
+const readBuffer = Buffer.allocUnsafe(64 * 1024);
+
+export class StreamClient implements StreamDispatcher {
+  private readonly idle = new Map<string, Connection[]>();
+  private readonly keepAliveMs: number;
+  private readonly connectTimeoutMs: number;
+  private readonly readTimeoutMs: number;
+
+  constructor(private readonly options: StreamClientOptions = {}) {
+    this.keepAliveMs = options.keepAliveMs ?? 4_000;
+    this.connectTimeoutMs = options.connectTimeoutMs ?? 10_000;
+    this.readTimeoutMs = options.readTimeoutMs ?? 300_000;
+  }
+
+  dispatch(request: StreamRequest, handler: StreamHandler): boolean {
+    const url = new URL(request.origin);
+    if (url.protocol !== 'http:' && url.protocol !== 'https:')
+      throw new TypeError(`The stream client speaks http and https, not ${url.protocol}`);
+    const head = requestHead(request, url.host);
+    const connection =
+      this.idle.get(url.origin)?.pop() ?? new Connection(this, url, this.options, this.connectTimeoutMs);
+    connection.send(head, request.body, handler, this.readTimeoutMs);
+    return true;
+  }
+
+  /** Closes every idle connection (tests, shutdown). */
+  close(): void {
+    for (const pool of this.idle.values()) for (const connection of pool) connection.destroy();
+    this.idle.clear();
+  }
+
+  /** A connection whose response ended cleanly waits here for the next request to its origin. */
+  release(connection: Connection, serverIdleMs: number | null): void {
+    let pool = this.idle.get(connection.origin);
+    if (!pool) {
+      pool = [];
+      this.idle.set(connection.origin, pool);
+    }
+    pool.push(connection);
+    // A second less than the server's own idle time, as undici does, so it is not the one to close.
+    connection.idleFor(
+      serverIdleMs === null ? this.keepAliveMs : Math.min(this.keepAliveMs, serverIdleMs - 1_000),
+    );
+  }
+
+  /** An idle connection that closed or timed out. */
+  forget(connection: Connection): void {
+    const pool = this.idle.get(connection.origin);
+    const at = pool?.indexOf(connection) ?? -1;
+    if (at >= 0) pool!.splice(at, 1);
+    if (pool?.length === 0) this.idle.delete(connection.origin);
+  }
+}
+
+/** The request line, headers and Content-Length; header names and values may not break the framing. */
+function requestHead(request: StreamRequest, host: string): string {
+  let head = `${request.method} ${request.path} HTTP/1.1\r\nhost: ${host}\r\n`;
+  for (const name in request.headers) {
+    const value = request.headers[name]!;
+    if (/[\r\n:]/.test(name) || /[\r\n]/.test(value))
+      throw new TypeError(`The header ${JSON.stringify(name)} cannot be sent`);
+    head += `${name}: ${value}\r\n`;
+  }
+  return `${head}content-length: ${Buffer.byteLength(request.body)}\r\n\r\n`;
+}
+
+function hexDigit(byte: number): number {
+  if (byte >= 0x30 && byte <= 0x39) return byte - 0x30;
+  const lower = byte | 0x20;
+  return lower >= 0x61 && lower <= 0x66 ? lower - 0x61 + 10 : -1;
+}
+
+enum Read {
+  Head,
+  ChunkSize,
+  ChunkData,
+  ChunkEnd,
+  Trailers,
+  Length,
+  UntilClose,
+  Done,
+}
+
+class Connection {
+  private readonly socket: net.Socket;
+  private handler: StreamHandler | null = null;
+  private state = Read.Done;
+  /** The head, a chunk-size line or a trailer line, as far as it arrived. */
+  private line = '';
+  private remaining = 0;
+  private keepAlive = true;
+  /** The server's `Keep-Alive: timeout=` in ms, if it said. */
+  private serverIdleMs: number | null = null;
+  private paused = false;
+  /** Bytes read and not handled when the handler paused. */
+  private backlog: Buffer | null = null;
+  private readTimeoutMs = 0;
+  private headLines: string[] = [];
+  private connected = false;
+
+  readonly origin: string;
+
+  constructor(
+    private readonly client: StreamClient,
+    url: URL,
+    { lookup, ca }: StreamClientOptions,
+    connectTimeoutMs: number,
+  ) {
+    this.origin = url.origin;
+    const host = url.hostname.replace(/^\[|\]$/g, '');
+    const onread = {
+      buffer: readBuffer,
+      callback: (n: number, buffer: Uint8Array) => this.read(buffer as Buffer, 0, n),
+    };
+    const secure = url.protocol === 'https:';
+    const port = Number(url.port || (secure ? 443 : 80));
+    // Node's default certificate checks (and NODE_EXTRA_CA_CERTS), as undici's connections have.
+    // TLS sockets take `onread` as plain ones do (Node 20), though @types/node does not say so.
+    const options: tls.ConnectionOptions & { onread: typeof onread } = {
+      host,
+      port,
+      lookup,
+      servername: isIP(host) ? undefined : host,
+      ALPNProtocols: ['http/1.1'],
+      ca,
+      onread,
+    };
+    this.socket = secure ? tls.connect(options) : net.connect({ host, port, lookup, onread });
+    this.socket.setNoDelay(true);
+    this.socket.setTimeout(connectTimeoutMs);
+    this.socket.once(secure ? 'secureConnect' : 'connect', () => {
+      this.connected = true;
+      this.socket.setTimeout(this.readTimeoutMs);
+    });
+    this.socket.on('timeout', () => {
+      const message = this.connected ? 'The model server sent nothing in time' : 'Connect Timeout';
+      this.fail(Object.assign(new Error(message), { code: 'UND_ERR_TIMEOUT' }));
+    });
+    this.socket.on('error', (err) => this.fail(err));
+    this.socket.on('close', () => this.closed());
+  }
+
+  send(head: string, body: string, handler: StreamHandler, readTimeoutMs: number): void {
+    this.handler = handler;
+    this.state = Read.Head;
+    this.line = '';
+    this.readTimeoutMs = readTimeoutMs;
+    this.socket.ref();
+    if (this.connected) this.socket.setTimeout(readTimeoutMs);
+    handler.onConnect((err) => this.fail(err ?? new Error('The request was aborted')));
+    if (this.handler === null) return; // aborted at once
+    this.socket.write(head + body);
+  }
+
+  /** In the pool: closed after `ms`, and not keeping the process alive meanwhile. */
+  idleFor(ms: number): void {
+    this.socket.setTimeout(ms);
+    this.socket.unref();
+  }
+
+  destroy(): void {
+    this.socket.destroy();
+  }
+
+  /** Bytes from the socket (or the backlog): false pauses the socket until the handler resumes. */
+  private read(buffer: Buffer, start: number, end: number): boolean {
+    if (this.handler === null) {
+      // Bytes on an idle connection, or after a response: the connection cannot be reused.
+      if (end > start) this.socket.destroy();
+      return true;
+    }
+    let at = start;
+    try {
+      while (at < end && this.handler !== null && !this.paused) at = this.step(buffer, at, end);
+    } catch (err) {
+      // A broken answer (an Error thrown by the parser below), or a handler that threw.
+      this.fail(err as Error);
+      return true;
+    }
+    if (this.paused && at < end) this.backlog = Buffer.from(buffer.subarray(at, end));
+    return !this.paused;
+  }
+
+  /** Handles bytes from `at` as the state says; returns where it stopped. */
+  private step(buffer: Buffer, at: number, end: number): number {
+    switch (this.state) {
+      case Read.ChunkSize:
+        return this.readChunkSize(buffer, at, end);
+      case Read.ChunkEnd:
+        // The CRLF after a chunk's data, in the common case whole in this read.
+        if (this.line === '' && end - at >= 2 && buffer[at] === 0x0d && buffer[at + 1] === 0x0a) {
+          this.state = Read.ChunkSize;
+          return at + 2;
+        }
+        if (this.line === '' && buffer[at] !== 0x0d && buffer[at] !== 0x0a)
+          throw new Error('The model server sent a malformed chunk');
+        return this.readLine(buffer, at, end);
+      case Read.Head:
+      case Read.Trailers:
+        return this.readLine(buffer, at, end);
+      case Read.ChunkData:
+      case Read.Length: {
+        const to = Math.min(end, at + this.remaining);
+        this.remaining -= to - at;
+        const more = this.handler!.onData(buffer.subarray(at, to));
+        if (this.remaining === 0) {
+          if (this.state === Read.Length) this.complete();
+          else this.state = Read.ChunkEnd;
+        }
+        if (!more && this.handler !== null) this.paused = true;
+        return to;
+      }
+      case Read.UntilClose: {
+        if (!this.handler!.onData(buffer.subarray(at, end)) && this.handler !== null) this.paused = true;
+        return end;
+      }
+      default:
+        this.socket.destroy();
+        return end;
+    }
+  }
+
+  /** A chunk's size line: read from the bytes when it is plain hex and whole in this read. */
+  private readChunkSize(buffer: Buffer, at: number, end: number): number {
+    if (this.line === '') {
+      let size = 0;
+      let i = at;
+      for (; i < end && i - at < 13; i++) {
+        const digit = hexDigit(buffer[i]!);
+        if (digit < 0) break;
+        size = size * 16 + digit;
+      }
+      if (i > at && i + 1 < end && buffer[i] === 0x0d && buffer[i + 1] === 0x0a) {
+        this.chunkSized(size);
+        return i + 2;
+      }
+    }
+    return this.readLine(buffer, at, end);
+  }
+
+  private chunkSized(size: number): void {
+    if (size === 0) this.state = Read.Trailers;
+    else {
+      this.remaining = size;
+      this.state = Read.ChunkData;
+    }
+  }
+
+  /** Lines of the head, chunk sizes and trailers (`latin1`: the head's bytes as they are). */
+  private readLine(buffer: Buffer, at: number, end: number): number {
+    const eol = buffer.indexOf(0x0a, at);
+    if (eol === -1 || eol >= end) {
+      this.line += buffer.toString('latin1', at, end);
+      if (this.line.length > MAX_HEAD_BYTES) throw new Error('The model server sent an oversized head');
+      return end;
+    }
+    const line = (this.line + buffer.toString('latin1', at, eol)).replace(/\r$/, '');
+    this.line = '';
+    this.lineEnded(line);
+    return eol + 1;
+  }
+
+  /** A whole line; throws on a broken answer. */
+  private lineEnded(line: string): void {
+    switch (this.state) {
+      case Read.Head:
+        if (line === '') this.headEnded();
+        else if (this.headLines.push(line) > 1000) throw new Error('The model server sent too many headers');
+        break;
+      case Read.ChunkSize: {
+        const digits = line.split(';', 1)[0]!.trim();
+        if (!/^[0-9a-fA-F]{1,13}$/.test(digits)) throw new Error('The model server sent a malformed chunk');
+        this.chunkSized(Number.parseInt(digits, 16));
+        break;
+      }
+      case Read.ChunkEnd:
+        if (line !== '') throw new Error('The model server sent a malformed chunk');
+        this.state = Read.ChunkSize;
+        break;
+      case Read.Trailers:
+        if (line === '') this.complete();
+        break;
+    }
+  }
+
+  /** The head is in: the status and framing are read and the handler told; throws on a broken head. */
+  private headEnded(): void {
+    const [statusLine = '', ...fields] = this.headLines;
+    this.headLines = [];
+    const match = /^HTTP\/1\.([01]) (\d{3})(?: |$)/.exec(statusLine);
+    if (!match) throw new Error('The model server did not answer in HTTP/1.1');
+    const status = Number(match[2]);
+    const raw: string[] = [];
+    let length: number | null = null;
+    let chunked = false;
+    let close = match[1] === '0';
+    let serverIdleMs: number | null = null;
+    for (const field of fields) {
+      const colon = field.indexOf(':');
+      if (colon <= 0) throw new Error('The model server sent a malformed header');
+      const name = field.slice(0, colon).trim();
+      const value = field.slice(colon + 1).trim();
+      raw.push(name, value);
+      const lower = name.toLowerCase();
+      if (lower === 'content-length') length = /^\d+$/.test(value) ? Number(value) : Number.NaN;
+      else if (lower === 'transfer-encoding')
+        chunked = value.toLowerCase().split(',').pop()!.trim() === 'chunked';
+      else if (lower === 'connection') close = /(^|,)\s*close\s*(,|$)/i.test(value);
+      else if (lower === 'keep-alive') {
+        const seconds = /(?:^|[,\s])timeout=(\d+)/i.exec(value)?.[1];
+        if (seconds !== undefined) serverIdleMs = Number(seconds) * 1_000;
+      }
+    }
+    // 1xx answers precede the real one (101 is never asked for).
+    if (status >= 100 && status < 200) {
+      this.state = Read.Head;
+      return;
+    }
+    this.keepAlive = !close && (serverIdleMs === null || serverIdleMs > 1_000);
+    this.serverIdleMs = serverIdleMs;
+    if (length !== null && Number.isNaN(length))
+      throw new Error('The model server sent an invalid Content-Length');
+    this.handler!.onHeaders(status, raw, () => this.resume());
+    if (this.handler === null) return;
+    if (status === 204 || status === 304 || (!chunked && length === 0)) this.complete();
+    else if (chunked) this.state = Read.ChunkSize;
+    else if (length !== null) {
+      this.remaining = length;
+      this.state = Read.Length;
+    } else {
+      this.keepAlive = false;
+      this.state = Read.UntilClose;
+    }
+  }
+
+  private resume(): void {
+    if (!this.paused) return;
+    this.paused = false;
+    const backlog = this.backlog;
+    this.backlog = null;
+    if (backlog !== null && !this.read(backlog, 0, backlog.length)) return;
+    this.socket.resume();
+  }
+
+  private complete(): void {
+    const handler = this.handler!;
+    this.handler = null;
+    this.state = Read.Done;
+    handler.onComplete(null);
+    if (this.keepAlive && !this.socket.destroyed) this.client.release(this, this.serverIdleMs);
+    else this.socket.destroy();
+  }
+
+  private fail(err: Error): void {
+    const handler = this.handler;
+    this.handler = null;
+    this.state = Read.Done;
+    this.client.forget(this);
+    this.socket.destroy();
+    handler?.onError(err);
+  }
+
+  private closed(): void {
+    this.client.forget(this);
+    if (this.handler === null) return;
+    if (this.state === Read.UntilClose) this.complete();
+    else this.fail(Object.assign(new Error('other side closed'), { code: 'UND_ERR_SOCKET' }));
+  }
+}
