@@ -342,6 +342,29 @@ describe('stream client', () => {
     expect(server.connections).toBe(2);
   });
 
+  it('a server that keeps sending is not timed out; bytes after an answer retire its connection', async () => {
+    const server = await rawServer(async (socket, request) => {
+      if (request.includes('"extra"')) {
+        socket.write(`${head('200 OK', 'Content-Length: 2')}okEXTRA`);
+        return;
+      }
+      socket.write(head('200 OK', 'Transfer-Encoding: chunked'));
+      for (let i = 0; i < 6; i++) {
+        await sleep(50);
+        socket.write(chunked('.').slice(0, -5));
+      }
+      socket.write('0\r\n\r\n');
+    });
+    const streams = client({ readTimeoutMs: 150 });
+    expect(await send(streams, server.origin)).toMatchObject({ body: '......', error: null });
+    expect(await send(streams, server.origin, { body: '{"extra":1}' })).toMatchObject({
+      body: 'ok',
+      error: null,
+    });
+    expect(await send(streams, server.origin)).toMatchObject({ body: '......', error: null });
+    expect(server.connections).toBe(2);
+  });
+
   it('refuses header names and values that would break the request framing', () => {
     const streams = client();
     const dispatch = (headers: Record<string, string>) =>

@@ -78,9 +78,17 @@ export class StreamClient implements StreamDispatcher {
       throw new TypeError(`The stream client speaks http and https, not ${url.protocol}`);
     const head = requestHead(request, url.host);
     const connection =
-      this.idle.get(url.origin)?.pop() ?? new Connection(this, url, this.options, this.connectTimeoutMs);
+      this.reuse(url.origin) ?? new Connection(this, url, this.options, this.connectTimeoutMs);
     connection.send(head, request.body, handler, this.readTimeoutMs);
     return true;
+  }
+
+  /** The idle connection to the origin used last, if any is still open. */
+  private reuse(origin: string): Connection | undefined {
+    const pool = this.idle.get(origin);
+    for (let connection = pool?.pop(); connection; connection = pool?.pop())
+      if (connection.open) return connection;
+    return undefined;
   }
 
   /** Closes every idle connection (tests, shutdown). */
@@ -218,6 +226,10 @@ class Connection {
     this.socket.unref();
   }
 
+  get open(): boolean {
+    return !this.socket.destroyed;
+  }
+
   destroy(): void {
     this.socket.destroy();
   }
@@ -229,14 +241,17 @@ class Connection {
       if (end > start) this.socket.destroy();
       return true;
     }
+    const handler = this.handler;
     let at = start;
     try {
-      while (at < end && this.handler !== null && !this.paused) at = this.step(buffer, at, end);
+      while (at < end && this.handler === handler && !this.paused) at = this.step(buffer, at, end);
     } catch (err) {
       // A broken answer (an Error thrown by the parser below), or a handler that threw.
       this.fail(err as Error);
       return true;
     }
+    // Bytes after the answer's end: the connection is not fit for another request.
+    if (this.handler !== handler && at < end) this.socket.destroy();
     if (this.paused && at < end) this.backlog = Buffer.from(buffer.subarray(at, end));
     return !this.paused;
   }
