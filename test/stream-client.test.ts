@@ -242,6 +242,58 @@ describe('stream client', () => {
     expect(server.connections).toBe(3);
   });
 
+  it('Transfer-Encoding wins over Content-Length and retires the connection; HTTP/1.0 may keep it when asked', async () => {
+    const server = await rawServer((socket, request) => {
+      if (request.includes('"both"'))
+        socket.write(head('200 OK', 'Content-Length: 3', 'Transfer-Encoding: chunked') + chunked('chunked'));
+      else socket.write('HTTP/1.0 200 OK\r\nConnection: Keep-Alive\r\nContent-Length: 2\r\n\r\nok');
+    });
+    const streams = client();
+    expect(await send(streams, server.origin, { body: '{"both":1}' })).toMatchObject({
+      body: 'chunked',
+      error: null,
+    });
+    expect(await send(streams, server.origin)).toMatchObject({ body: 'ok', error: null });
+    expect(await send(streams, server.origin)).toMatchObject({ body: 'ok', error: null });
+    expect(server.connections).toBe(2);
+  });
+
+  it('an abort or a resume from a finished request does not reach the next one on its connection', async () => {
+    const server = await rawServer(async (socket) => {
+      socket.write(head('200 OK', 'Transfer-Encoding: chunked'));
+      await sleep(30);
+      socket.write(chunked('late'));
+    });
+    const streams = client();
+    let abortFirst: (err?: Error) => void = () => {};
+    const first = await send(streams, server.origin, {
+      onPiece: (_piece, _resume, abort) => {
+        abortFirst = abort;
+        return true;
+      },
+    });
+    expect(first).toMatchObject({ body: 'late', error: null });
+    const second = send(streams, server.origin);
+    abortFirst(new Error('too late'));
+    expect(await second).toMatchObject({ body: 'late', error: null });
+    expect(server.connections).toBe(1);
+  });
+
+  it('a paused answer is not timed out while the handler holds it', async () => {
+    const server = await rawServer((socket) => {
+      socket.write(head('200 OK', 'Transfer-Encoding: chunked') + chunked('one ', 'two'));
+    });
+    const pieces: string[] = [];
+    const outcome = await send(client({ readTimeoutMs: 100 }), server.origin, {
+      onPiece: (piece, resume) => {
+        pieces.push(piece);
+        if (pieces.length === 1) setTimeout(resume, 300);
+        return pieces.length !== 1;
+      },
+    });
+    expect(outcome).toMatchObject({ body: 'one two', error: null });
+  });
+
   it.each([
     ['in the same read', 0],
     ['in later reads', 20],
@@ -302,6 +354,11 @@ describe('stream client', () => {
     ['a status line that is not HTTP/1.x', 'HTTP/2 200\r\n\r\n', /did not answer in HTTP\/1.1/],
     ['an invalid Content-Length', head('200 OK', 'Content-Length: 1x'), /invalid Content-Length/],
     ['a head line without a colon', head('200 OK', 'nonsense'), /malformed header/],
+    [
+      'two different Content-Lengths',
+      `${head('200 OK', 'Content-Length: 2', 'Content-Length: 3')}abc`,
+      /invalid Content-Length/,
+    ],
   ])('fails on %s', async (_name, bytes, message) => {
     const server = await rawServer((socket) => {
       socket.write(bytes);
@@ -437,6 +494,32 @@ describe('stream client', () => {
       expect(await send(streams, server.origin)).toMatchObject({ body: 'data: secure\n\n' });
       expect(server.connections).toBe(1);
     });
+
+    it.runIf(pair)(
+      'keeps every TLS record that arrives while paused, and the end of an answer that closed meanwhile',
+      async () => {
+        // Records written in one go arrive together: the TLS socket hands them all over, one read
+        // each, even after the first read asked to pause.
+        const pieces = Array.from({ length: 8 }, (_, i) => `piece ${i};`);
+        const server = await rawServer((socket) => {
+          // Corked: one record per write, all in one TCP segment.
+          socket.cork();
+          socket.write(head('200 OK', 'Connection: close'));
+          for (const piece of pieces) socket.write(piece);
+          socket.uncork();
+          socket.end();
+        }, pair!);
+        const seen: string[] = [];
+        const outcome = await send(client({ ca: pair!.cert }), server.origin, {
+          onPiece: (piece, resume) => {
+            seen.push(piece);
+            if (seen.length === 1) setTimeout(resume, 100);
+            return seen.length !== 1;
+          },
+        });
+        expect(outcome).toMatchObject({ status: 200, body: pieces.join(''), error: null });
+      },
+    );
 
     it.runIf(pair)('refuses a certificate it does not trust', async () => {
       const server = await rawServer((socket) => {

@@ -132,6 +132,15 @@ function requestHead(request: StreamRequest, host: string): string {
   return `${head}content-length: ${Buffer.byteLength(request.body)}\r\n\r\n`;
 }
 
+/** A handler's callback: a throw there is a bug of its own, reported, not the process's end. */
+function guarded(call: () => void): void {
+  try {
+    call();
+  } catch (err) {
+    process.emitWarning(err as Error);
+  }
+}
+
 function hexDigit(byte: number): number {
   if (byte >= 0x30 && byte <= 0x39) return byte - 0x30;
   const lower = byte | 0x20;
@@ -160,8 +169,12 @@ class Connection {
   /** The server's `Keep-Alive: timeout=` in ms, if it said. */
   private serverIdleMs: number | null = null;
   private paused = false;
-  /** Bytes read and not handled when the handler paused. */
+  /** Bytes read and not handled while the handler paused (TLS may hand over more after a pause). */
   private backlog: Buffer | null = null;
+  /** The socket closed while paused: the answer ends once the backlog is handled. */
+  private closedWhilePaused = false;
+  /** Bytes of the current answer's head and trailers so far. */
+  private headBytes = 0;
   private readTimeoutMs = 0;
   private headLines: string[] = [];
   private connected = false;
@@ -205,6 +218,8 @@ class Connection {
       this.fail(Object.assign(new Error(message), { code: 'UND_ERR_TIMEOUT' }));
     });
     this.socket.on('error', (err) => this.fail(err));
+    // The server closed its side: not to be reused, even before the socket is destroyed.
+    this.socket.on('end', () => this.client.forget(this));
     this.socket.on('close', () => this.closed());
   }
 
@@ -212,10 +227,18 @@ class Connection {
     this.handler = handler;
     this.state = Read.Head;
     this.line = '';
+    this.headBytes = 0;
     this.readTimeoutMs = readTimeoutMs;
     this.socket.ref();
     if (this.connected) this.socket.setTimeout(readTimeoutMs);
-    handler.onConnect((err) => this.fail(err ?? new Error('The request was aborted')));
+    try {
+      // An abort reaches this request only, not a later one on the same connection.
+      handler.onConnect((err) => {
+        if (this.handler === handler) this.fail(err ?? new Error('The request was aborted'));
+      });
+    } catch (err) {
+      this.fail(err as Error);
+    }
     if (this.handler === null) return; // aborted at once
     this.socket.write(head + body);
   }
@@ -227,7 +250,7 @@ class Connection {
   }
 
   get open(): boolean {
-    return !this.socket.destroyed;
+    return !this.socket.destroyed && this.socket.writable && !this.socket.readableEnded;
   }
 
   destroy(): void {
@@ -236,6 +259,11 @@ class Connection {
 
   /** Bytes from the socket (or the backlog): false pauses the socket until the handler resumes. */
   private read(buffer: Buffer, start: number, end: number): boolean {
+    if (this.paused) {
+      // A TLS socket hands over every record it decrypted, even after a read returned false.
+      this.hold(buffer, start, end);
+      return false;
+    }
     if (this.handler === null) {
       // Bytes on an idle connection, or after a response: the connection cannot be reused.
       if (end > start) this.socket.destroy();
@@ -252,8 +280,20 @@ class Connection {
     }
     // Bytes after the answer's end: the connection is not fit for another request.
     if (this.handler !== handler && at < end) this.socket.destroy();
-    if (this.paused && at < end) this.backlog = Buffer.from(buffer.subarray(at, end));
+    if (this.paused && at < end) this.hold(buffer, at, end);
     return !this.paused;
+  }
+
+  /** Keeps bytes the paused handler has not had (a copy: the read buffer is reused). */
+  private hold(buffer: Buffer, start: number, end: number): void {
+    const bytes = Buffer.from(buffer.subarray(start, end));
+    this.backlog = this.backlog === null ? bytes : Buffer.concat([this.backlog, bytes]);
+  }
+
+  /** The handler asked to stop reading: no read timeout while it holds the answer (as undici). */
+  private pause(): void {
+    this.paused = true;
+    this.socket.setTimeout(0);
   }
 
   /** Handles bytes from `at` as the state says; returns where it stopped. */
@@ -282,11 +322,11 @@ class Connection {
           if (this.state === Read.Length) this.complete();
           else this.state = Read.ChunkEnd;
         }
-        if (!more && this.handler !== null) this.paused = true;
+        if (!more && this.handler !== null) this.pause();
         return to;
       }
       case Read.UntilClose: {
-        if (!this.handler!.onData(buffer.subarray(at, end)) && this.handler !== null) this.paused = true;
+        if (!this.handler!.onData(buffer.subarray(at, end)) && this.handler !== null) this.pause();
         return end;
       }
       default:
@@ -323,10 +363,15 @@ class Connection {
 
   /** Lines of the head, chunk sizes and trailers (`latin1`: the head's bytes as they are). */
   private readLine(buffer: Buffer, at: number, end: number): number {
-    const eol = buffer.indexOf(0x0a, at);
-    if (eol === -1 || eol >= end) {
+    const found = buffer.subarray(at, end).indexOf(0x0a);
+    const eol = found === -1 ? -1 : at + found;
+    if (this.state === Read.Head || this.state === Read.Trailers) {
+      this.headBytes += (eol === -1 ? end : eol + 1) - at;
+      if (this.headBytes > MAX_HEAD_BYTES) throw new Error('The model server sent an oversized head');
+    }
+    if (eol === -1) {
       this.line += buffer.toString('latin1', at, end);
-      if (this.line.length > MAX_HEAD_BYTES) throw new Error('The model server sent an oversized head');
+      if (this.line.length > MAX_HEAD_BYTES) throw new Error('The model server sent an oversized line');
       return end;
     }
     const line = (this.line + buffer.toString('latin1', at, eol)).replace(/\r$/, '');
@@ -367,8 +412,8 @@ class Connection {
     const status = Number(match[2]);
     const raw: string[] = [];
     let length: number | null = null;
-    let chunked = false;
-    let close = match[1] === '0';
+    let transferEncoding: string | null = null;
+    let connection = '';
     let serverIdleMs: number | null = null;
     for (const field of fields) {
       const colon = field.indexOf(':');
@@ -377,10 +422,13 @@ class Connection {
       const value = field.slice(colon + 1).trim();
       raw.push(name, value);
       const lower = name.toLowerCase();
-      if (lower === 'content-length') length = /^\d+$/.test(value) ? Number(value) : Number.NaN;
-      else if (lower === 'transfer-encoding')
-        chunked = value.toLowerCase().split(',').pop()!.trim() === 'chunked';
-      else if (lower === 'connection') close = /(^|,)\s*close\s*(,|$)/i.test(value);
+      if (lower === 'content-length') {
+        // Two different lengths: no way to tell where the answer ends.
+        const stated = /^\d+$/.test(value) ? Number(value) : Number.NaN;
+        length = length === null || length === stated ? stated : Number.NaN;
+      } else if (lower === 'transfer-encoding')
+        transferEncoding = transferEncoding === null ? value : `${transferEncoding}, ${value}`;
+      else if (lower === 'connection') connection += `,${value.toLowerCase()}`;
       else if (lower === 'keep-alive') {
         const seconds = /(?:^|[,\s])timeout=(\d+)/i.exec(value)?.[1];
         if (seconds !== undefined) serverIdleMs = Number(seconds) * 1_000;
@@ -391,13 +439,25 @@ class Connection {
       this.state = Read.Head;
       return;
     }
-    this.keepAlive = !close && (serverIdleMs === null || serverIdleMs > 1_000);
+    const tokens = connection.split(',').map((token) => token.trim());
+    // HTTP/1.1 keeps the connection unless told to close; HTTP/1.0 closes unless told to keep it.
+    const close = match[1] === '0' ? !tokens.includes('keep-alive') : tokens.includes('close');
+    const chunked = transferEncoding?.toLowerCase().split(',').pop()?.trim() === 'chunked';
+    // With Transfer-Encoding, Content-Length is ignored and the connection is not trusted with
+    // another request (RFC 9112, 6.3); a coding that does not end in chunked runs until the close.
+    const ambiguous = transferEncoding !== null && length !== null;
+    if (transferEncoding !== null) length = null;
+    this.keepAlive = !close && !ambiguous && (serverIdleMs === null || serverIdleMs > 1_000);
     this.serverIdleMs = serverIdleMs;
     if (length !== null && Number.isNaN(length))
       throw new Error('The model server sent an invalid Content-Length');
-    this.handler!.onHeaders(status, raw, () => this.resume());
+    const handler = this.handler!;
+    // Resuming reaches this request only, not a later one on the same connection.
+    handler.onHeaders(status, raw, () => {
+      if (this.handler === handler) this.resume();
+    });
     if (this.handler === null) return;
-    if (status === 204 || status === 304 || (!chunked && length === 0)) this.complete();
+    if (status === 204 || status === 304 || (transferEncoding === null && length === 0)) this.complete();
     else if (chunked) this.state = Read.ChunkSize;
     else if (length !== null) {
       this.remaining = length;
@@ -411,33 +471,46 @@ class Connection {
   private resume(): void {
     if (!this.paused) return;
     this.paused = false;
+    this.socket.setTimeout(this.readTimeoutMs);
     const backlog = this.backlog;
     this.backlog = null;
     if (backlog !== null && !this.read(backlog, 0, backlog.length)) return;
-    this.socket.resume();
+    if (this.closedWhilePaused) {
+      this.closedWhilePaused = false;
+      this.closed();
+    } else this.socket.resume();
   }
 
   private complete(): void {
     const handler = this.handler!;
     this.handler = null;
     this.state = Read.Done;
-    handler.onComplete(null);
-    if (this.keepAlive && !this.socket.destroyed) this.client.release(this, this.serverIdleMs);
+    // Reused only when the request went out whole too (an early answer may come before that).
+    if (this.keepAlive && this.open && this.socket.writableLength === 0)
+      this.client.release(this, this.serverIdleMs);
     else this.socket.destroy();
+    guarded(() => handler.onComplete(null));
   }
 
   private fail(err: Error): void {
     const handler = this.handler;
     this.handler = null;
     this.state = Read.Done;
+    this.paused = false;
+    this.backlog = null;
     this.client.forget(this);
     this.socket.destroy();
-    handler?.onError(err);
+    if (handler) guarded(() => handler.onError(err));
   }
 
   private closed(): void {
     this.client.forget(this);
     if (this.handler === null) return;
+    if (this.paused) {
+      // Bytes the handler has not taken yet may hold the answer's end (TLS reads past a pause).
+      this.closedWhilePaused = true;
+      return;
+    }
     if (this.state === Read.UntilClose) this.complete();
     else this.fail(Object.assign(new Error('other side closed'), { code: 'UND_ERR_SOCKET' }));
   }
