@@ -80,9 +80,13 @@ describe('the lean model client', () => {
       ['call_schema', null, 'string'],
     ]);
     expect(results[0].error.message).toMatch(/no_such_tool/);
+    // Parameters as the model sent them: an object when they are JSON (the unknown tool's too).
+    const starts = res.events.filter((e) => e.event === 'tool_start').map((e) => e.data.parameters);
+    expect(starts).toEqual([{ a: 1 }, { input: '{"query": ' }, { query: 42 }]);
     // None of them ran.
     expect(toolCalls.length).toBe(before);
     const { message } = res.events.at(-1)!.data;
+    expect(message.tool_executions.map((x: any) => x.parameters)).toEqual(starts);
     expect(message.tool_executions.map((x: any) => [x.tool_call_id, x.status])).toEqual([
       ['call_unknown', 'failed'],
       ['call_json', 'failed'],

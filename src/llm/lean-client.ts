@@ -854,7 +854,8 @@ function parseToolCall(call: WireToolCall, tools: Record<string, Tool>): ParsedC
   if (!Object.hasOwn(tools, call.name))
     return {
       ...base,
-      input: call.arguments,
+      // Recorded as the model sent it: the object when its arguments are JSON, the text otherwise.
+      input: parsedOrText(call.arguments),
       invalid: new InvalidToolCallError(`Model tried to call unavailable tool '${call.name}'.`),
     };
   try {
@@ -867,6 +868,14 @@ function parseToolCall(call: WireToolCall, tools: Record<string, Tool>): ParsedC
         `Invalid input for tool ${call.name}: ${err instanceof Error ? err.message : String(err)}`,
       ),
     };
+  }
+}
+
+function parsedOrText(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
   }
 }
 
