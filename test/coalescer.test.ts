@@ -139,15 +139,25 @@ describe('content coalescer, busy process', () => {
 
 describe('event-loop load', () => {
   it('turns busy above busyAt and idle again only below idleBelow, the window growing with load', () => {
-    const load = new EventLoopLoad({ busyAt: 0.5, idleBelow: 0.3, minWindowMs: 20, maxWindowMs: 50 });
+    const load = new EventLoopLoad({
+      busyAt: 0.5,
+      idleBelow: 0.3,
+      minWindowMs: 20,
+      maxWindowMs: 50,
+      saturatedAt: 0.8,
+      saturatedWindowMs: 200,
+    });
     expect(load.windowFor(0.2)).toBe(0);
     expect(load.windowFor(0.45)).toBe(0);
     const busy = load.windowFor(0.6);
-    expect(busy).toBeGreaterThanOrEqual(20);
+    expect(busy).toBe(38);
     // Still busy between the thresholds (merging lowers the load it measures).
-    expect(load.windowFor(0.4)).toBeGreaterThanOrEqual(20);
-    expect(load.windowFor(1)).toBe(50);
-    expect(load.windowFor(0.9)).toBeLessThan(50);
+    expect(load.windowFor(0.4)).toBe(26);
+    expect(load.windowFor(0.7)).toBe(44);
+    // Saturated: the window grows on, to its longest at a loop that never waits.
+    expect(load.windowFor(0.8)).toBe(50);
+    expect(load.windowFor(0.9)).toBe(125);
+    expect(load.windowFor(1)).toBe(200);
     expect(load.windowFor(0.25)).toBe(0);
     expect(load.windowFor(0.4)).toBe(0);
   });

@@ -8,7 +8,8 @@ import { performance } from 'node:perf_hooks';
  *   the event loop (the model sent several in one read); those are merged into one event when the
  *   loop comes round (`setImmediate`). So every token goes out as it comes.
  * - Busy process (event-loop utilization high, see `EventLoopLoad`): a stream publishes at most
- *   one `content` event per window (20 to 100 ms, longer the busier): a delta arriving sooner after
+ *   one `content` event per window (40 to 100 ms, longer the busier; up to 250 ms when the loop
+ *   is saturated, where the alternative is queueing every stream): a delta arriving sooner after
  *   the stream's last event is held, merged with the ones after it, and published by one timer
  *   shared by every stream (`CoalescingScheduler`), not a timer per stream. Each event then costs
  *   one SSE write per reader and one stored row for several tokens.
@@ -93,7 +94,12 @@ export interface EventLoopLoadOptions {
   /** ...and below which it counts as idle again (hysteresis: merging lowers the load it measures). */
   idleBelow: number;
   minWindowMs: number;
+  /** The window at `saturatedAt`; from `idleBelow` to there it grows from `minWindowMs`. */
   maxWindowMs: number;
+  /** Utilization from which the loop counts as saturated: the window grows on... */
+  saturatedAt: number;
+  /** ...to this at a loop that never waits. */
+  saturatedWindowMs: number;
 }
 
 export const DEFAULT_EVENT_LOOP_LOAD: EventLoopLoadOptions = {
@@ -102,6 +108,8 @@ export const DEFAULT_EVENT_LOOP_LOAD: EventLoopLoadOptions = {
   idleBelow: 0.2,
   minWindowMs: 40,
   maxWindowMs: 100,
+  saturatedAt: 0.8,
+  saturatedWindowMs: 250,
 };
 
 /**
@@ -132,12 +140,19 @@ export class EventLoopLoad implements LoadSignal {
     return this.window;
   }
 
-  /** The window for a measured utilization: 0 when idle, from min to max between idle and saturated. */
+  /**
+   * The window for a measured utilization: 0 when idle, from min to max between idle and
+   * saturated, then on to the saturated window at a loop that never waits.
+   */
   windowFor(utilization: number): number {
-    const { busyAt, idleBelow, minWindowMs, maxWindowMs } = this.options;
+    const { busyAt, idleBelow, minWindowMs, maxWindowMs, saturatedAt, saturatedWindowMs } = this.options;
     this.busy = this.busy ? utilization >= idleBelow : utilization >= busyAt;
     if (!this.busy) return 0;
-    const share = Math.min(1, Math.max(0, (utilization - idleBelow) / (1 - idleBelow)));
+    if (utilization >= saturatedAt) {
+      const over = Math.min(1, (utilization - saturatedAt) / (1 - saturatedAt));
+      return Math.round(maxWindowMs + over * (saturatedWindowMs - maxWindowMs));
+    }
+    const share = Math.max(0, (utilization - idleBelow) / (saturatedAt - idleBelow));
     return Math.round(minWindowMs + share * (maxWindowMs - minWindowMs));
   }
 }
