@@ -127,7 +127,8 @@ function postJson(agent: Agent, port: number, urlPath: string, key: string, body
 }
 
 interface PhaseFigures {
-  ttft_ms: { p50: number; p99: number };
+  /** p50 and p99 are the issue's; p90, p95 and max show the tail's shape (JSON only). */
+  ttft_ms: { p50: number; p99: number; p90: number; p95: number; max: number };
   replies: number;
   requests_per_second: number;
   errors: number;
@@ -228,7 +229,13 @@ async function measurePhase(
   const database = databaseDelta(await databaseBefore, await databaseAfter);
   return {
     figures: {
-      ttft_ms: { p50: round(percentile(result.ttftMs, 50)), p99: round(percentile(result.ttftMs, 99)) },
+      ttft_ms: {
+        p50: round(percentile(result.ttftMs, 50)),
+        p99: round(percentile(result.ttftMs, 99)),
+        p90: round(percentile(result.ttftMs, 90)),
+        p95: round(percentile(result.ttftMs, 95)),
+        max: round(percentile(result.ttftMs, 100)),
+      },
       replies: result.replies,
       requests_per_second: round(result.replies / seconds),
       errors: Object.values(result.errors).reduce((a, b) => a + b, 0),

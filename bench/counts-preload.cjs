@@ -1,12 +1,15 @@
 /**
  * Per-reply counts of the service under `npm run bench -- --closed-loop` (Session 6):
  *   COUNTS_FILE=/tmp/counts.json NODE_OPTIONS="--require ./bench/counts-preload.cjs" npm run bench -- ...
- * Only the service process (src/main.ts) counts; it writes its totals to COUNTS_FILE on exit:
+ * Only the service process (src/main.ts, or dist/main.js as `npm start` runs it) counts; it writes its totals to COUNTS_FILE on exit:
  * SSE writes (`ServerResponse.write`), `content` and `done` events written, pg statements
  * (`Client.prototype.query`, the text's first words as kind). Replies = `done` events.
  */
 'use strict';
-if (process.argv.some((a) => a.endsWith('src/main.ts')) && process.env.COUNTS_FILE) {
+if (
+  process.argv.some((a) => a.endsWith('src/main.ts') || a.endsWith('dist/main.js')) &&
+  process.env.COUNTS_FILE
+) {
   const http = require('node:http');
   const fs = require('node:fs');
   const counts = { sseWrites: 0, contentEvents: 0, doneEvents: 0, statements: 0, kinds: {} };
