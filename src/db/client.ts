@@ -124,10 +124,12 @@ export interface OpenOptions {
 }
 
 /**
- * Connections of `turnPool`, taken from the pool size (20: 16 + 4, so a process still opens at most
- * 20; docs/operations.md): one statement of about 2 ms each, so a few serve hundreds of turns a second.
+ * Connections of `turnPool`, taken from the pool size (20: 12 + 8, so a process still opens at most
+ * 20; docs/operations.md): one statement of about 2 ms each. Turns arrive in bursts (clients that
+ * send the next message when a reply ends), and a burst queued on 4 connections (docs/decisions.md,
+ * "The turn pool: 8 connections (Session 15)").
  */
-const TURN_POOL_SIZE = 4;
+const TURN_POOL_SIZE = 8;
 
 export async function openDatabase(options: OpenOptions): Promise<Database> {
   if (options.databaseUrl) return openPostgres(options.databaseUrl, options.poolSize ?? 20);
@@ -193,7 +195,7 @@ async function openPglite(client: PGlite, unlock: () => void): Promise<Database>
 }
 
 async function openPostgres(url: string, poolSize: number): Promise<Database> {
-  const turnPoolSize = Math.min(TURN_POOL_SIZE, Math.floor(poolSize / 4));
+  const turnPoolSize = Math.min(TURN_POOL_SIZE, Math.floor(poolSize / 2));
   const pool = new pg.Pool({
     connectionString: url,
     max: poolSize - turnPoolSize,
