@@ -275,7 +275,9 @@ describe('openai-compatible provider', () => {
     for await (const _delta of result.textStream) stamps.push(Date.now() - started);
     expect(stamps).toHaveLength(3);
     expect(stamps[0]).toBeGreaterThanOrEqual(110);
-    expect(stamps[2] - stamps[0]).toBeGreaterThanOrEqual(70);
+    // The last chunk cannot leave before 120 + 2 × 40 ms. A reader that is late for the first chunk
+    // may get all three at once, so the gap between chunks as read says nothing (it flaked under load).
+    expect(stamps[2]).toBeGreaterThanOrEqual(190);
   });
 
   it('uses the responder once the queue is empty', async () => {
