@@ -170,7 +170,10 @@ describe.each(dispatchers)('lean client reads, through %s', (_name, make) => {
     it('an idle process (window 0) hands over every read as it comes', async () => {
       writes = [...eight, [content('h'), finish, done].join('')];
       const { parts: out } = await parts(new CoalescingScheduler({ windowMs: () => 0 }));
-      expect(texts(out)).toEqual(['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h']);
+      // One delta per read. On a loaded machine the reader may find two of the writes (40 ms
+      // apart) in one read (it flaked in CI as ['ab', 'c', ...]); held text would be ['a', 'bcdefgh'].
+      expect(texts(out).join('')).toBe('abcdefgh');
+      expect(texts(out).length).toBeGreaterThanOrEqual(6);
     });
 
     it('an error chunk is not held behind the window', async () => {
