@@ -21,8 +21,8 @@ describe.skipIf(backend !== 'postgres')('connection pools (PostgreSQL)', () => {
 
   it.each([
     [20, 8, 12],
-    [10, 5, 5],
-    [3, 1, 2],
+    [10, 4, 6],
+    [5, 2, 3],
   ])('pool size %i: %i connections start turns, %i serve the rest', async (poolSize, turns, rest) => {
     const database = await openDatabase({ databaseUrl: test.url!, dataDir: os.tmpdir(), poolSize });
     try {

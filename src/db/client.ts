@@ -127,7 +127,8 @@ export interface OpenOptions {
  * Connections of `turnPool`, taken from the pool size (20: 12 + 8, so a process still opens at most
  * 20; docs/operations.md): one statement of about 2 ms each. Turns arrive in bursts (clients that
  * send the next message when a reply ends), and a burst queued on 4 connections (docs/decisions.md,
- * "The turn pool: 8 connections (Session 15)").
+ * "The turn pool: 8 connections (Session 15)"). A smaller pool size gives it two fifths (10: 6 + 4),
+ * so the main pool, which also runs document jobs and webhook deliveries, keeps the larger part.
  */
 const TURN_POOL_SIZE = 8;
 
@@ -195,7 +196,7 @@ async function openPglite(client: PGlite, unlock: () => void): Promise<Database>
 }
 
 async function openPostgres(url: string, poolSize: number): Promise<Database> {
-  const turnPoolSize = Math.min(TURN_POOL_SIZE, Math.floor(poolSize / 2));
+  const turnPoolSize = Math.min(TURN_POOL_SIZE, Math.floor((poolSize * 2) / 5));
   const pool = new pg.Pool({
     connectionString: url,
     max: poolSize - turnPoolSize,
