@@ -115,9 +115,31 @@ describe('content coalescer, busy process', () => {
     expect(scheduler.size).toBe(50);
     await sleep(60);
     for (const s of streams) expect(s.texts()).toEqual(['x', 'yz']);
-    // The 50 held events went out in the same timer callback.
+    // The 50 held events went out from the one timer (32 in its callback, the rest a turn later).
     const times = streams.map((s) => s.events[1]!.at);
     expect(Math.max(...times) - Math.min(...times)).toBeLessThan(10);
+  });
+
+  it('releases held streams 32 per turn of the loop, letting what arrived in between run first', async () => {
+    const scheduler = new CoalescingScheduler(new FixedLoad(30), () => 0);
+    const streams = Array.from({ length: 100 }, () => stream(scheduler));
+    for (const s of streams) s.coalescer.push('x');
+    for (const s of streams) s.coalescer.push('y');
+    expect(scheduler.size).toBe(100);
+    const published = () => streams.filter((s) => s.texts().length === 2).length;
+    // Work that arrives while the first stream is published (a new turn's request, a first token)
+    // runs before the next slice, not after all 100.
+    const seen: number[] = [];
+    const first = streams[0]!;
+    const emitted = first.events.push.bind(first.events);
+    first.events.push = (...items) => {
+      setImmediate(() => seen.push(published()));
+      return emitted(...items);
+    };
+    await sleep(60);
+    expect(seen).toEqual([32]);
+    expect(published()).toBe(100);
+    for (const s of streams) expect(s.texts()).toEqual(['x', 'y']);
   });
 
   it('keeps the text exact across idle and busy spells', async () => {

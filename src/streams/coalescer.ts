@@ -165,7 +165,7 @@ export interface Flushable {
 /**
  * Publishes the held deltas of every stream from one timer: armed when the first stream is held,
  * it fires after that stream's window and publishes every stream held by then (a stream held
- * later waits less, never more).
+ * later waits less, never more), 32 per turn of the loop (`flushSlice`).
  */
 export class CoalescingScheduler {
   private held = new Set<Flushable>();
@@ -201,15 +201,34 @@ export class CoalescingScheduler {
     this.timer = null;
     const held = this.held;
     this.held = new Set();
-    for (const coalescer of held) {
+    this.flushSlice(held.values());
+  }
+
+  /**
+   * Releases `FLUSH_SLICE` of the held, then lets the loop come round (`setImmediate`) before the
+   * next ones. Releasing is cheap, but each released call's turn then does its window's work (the
+   * coalescer, the SSE write, the stored row) in the microtasks after it: at C=500 one window held
+   * 700 to 900 calls and streams, and releasing them at once blocked the loop for 25 to 45 ms (up
+   * to 120), which new turns' first tokens waited behind (bench/README.md, Session 16). A slice
+   * lets the poll phase take in what arrived; a stream released later waits a few ms more, never a
+   * window more.
+   */
+  private flushSlice(streams: Iterator<Flushable>): void {
+    for (let i = 0; i < FLUSH_SLICE; i++) {
+      const next = streams.next();
+      if (next.done) return;
       try {
-        coalescer.flush();
+        next.value.flush();
       } catch {
         // One stream's throwing publish must not leave the other streams' deltas held forever.
       }
     }
+    setImmediate(() => this.flushSlice(streams));
   }
 }
+
+/** How many held calls and streams one turn of the loop releases. */
+const FLUSH_SLICE = 32;
 
 let shared: CoalescingScheduler | null = null;
 
