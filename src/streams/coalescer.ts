@@ -208,7 +208,7 @@ export class CoalescingScheduler {
    * Releases `FLUSH_SLICE` of the held, then lets the loop come round (`setImmediate`) before the
    * next ones. Releasing is cheap, but each released call's turn then does its window's work (the
    * coalescer, the SSE write, the stored row) in the microtasks after it: at C=500 one window held
-   * 700 to 900 calls and streams, and releasing them at once blocked the loop for 25 to 45 ms (up
+   * 700 to 960 calls and streams, and releasing them at once blocked the loop for 25 to 45 ms (up
    * to 120), which new turns' first tokens waited behind (bench/README.md, Session 16). A slice
    * lets the poll phase take in what arrived; a stream released later waits a few ms more, never a
    * window more.
