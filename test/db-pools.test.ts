@@ -1,8 +1,8 @@
 /**
- * How a process's PostgreSQL connections are split (src/db/client.ts): `turn_open` gets a pool of
- * its own, taken from the pool size, so a process never opens more than `poolSize` pooled
- * connections (docs/operations.md counts on it). The turn pool is 8 of the default 20
- * (docs/decisions.md, "The turn pool: 8 connections").
+ * How a process's PostgreSQL connections are split (src/db/client.ts): a streamed turn's statements
+ * get pipelined connections of their own, taken from the pool size, so a process never opens more
+ * than `poolSize` connections besides its LISTEN one (docs/operations.md counts on it): 4 of the
+ * default 20 (docs/decisions.md, "Turn statements on pipelined connections").
  */
 import os from 'node:os';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -20,21 +20,36 @@ describe.skipIf(backend !== 'postgres')('connection pools (PostgreSQL)', () => {
   });
 
   it.each([
-    [20, 8, 12],
+    [20, 4, 16],
     [10, 4, 6],
     [5, 2, 3],
-  ])('pool size %i: %i connections start turns, %i serve the rest', async (poolSize, turns, rest) => {
-    const database = await openDatabase({ databaseUrl: test.url!, dataDir: os.tmpdir(), poolSize });
+  ])(
+    'pool size %i: %i pipelined connections for turns, %i in the pool for the rest',
+    async (poolSize, turns, rest) => {
+      const database = await openDatabase({ databaseUrl: test.url!, dataDir: os.tmpdir(), poolSize });
+      try {
+        expect(database.pipelined?.size).toBe(turns);
+        expect(database.pool?.options.max).toBe(rest);
+        // Both pools work, and at most poolSize connections open between them.
+        const [{ rows }] = await Promise.all([
+          database.pipelined!.query({ text: 'select 1 as one' }),
+          database.query('select 1 as one'),
+        ]);
+        expect(rows).toEqual([{ one: 1 }]);
+        expect(database.pool!.totalCount + database.pipelined!.openCount).toBeLessThanOrEqual(poolSize);
+      } finally {
+        await database.close();
+      }
+    },
+  );
+
+  it('pool size 2: no pipelined connections; turn statements run on the pool', async () => {
+    const database = await openDatabase({ databaseUrl: test.url!, dataDir: os.tmpdir(), poolSize: 2 });
     try {
-      expect(database.turnPool?.options.max).toBe(turns);
-      expect(database.pool?.options.max).toBe(rest);
-      // Both pools work, and at most poolSize connections open between them.
-      const [{ rows }] = await Promise.all([
-        database.turnPool!.query('select 1 as one'),
-        database.query('select 1 as one'),
-      ]);
+      expect(database.pipelined).toBeNull();
+      expect(database.pool?.options.max).toBe(2);
+      const { rows } = await database.pipelinedQuery('pools_one', 'select 1 as one', []);
       expect(rows).toEqual([{ one: 1 }]);
-      expect(database.pool!.totalCount + database.turnPool!.totalCount).toBeLessThanOrEqual(poolSize);
     } finally {
       await database.close();
     }

@@ -89,7 +89,7 @@ describe('the stream hub', () => {
     publisher.open(a);
     publisher.open(b);
     await publisher.flush();
-    const spy = vi.spyOn(testDb.database, 'prepared');
+    const spy = vi.spyOn(testDb.database, 'pipelinedQuery');
     try {
       const reader = collect(publisher, a);
       await publisher.publish(a, 1, 'content', { content: 'x' });

@@ -8,6 +8,7 @@ import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
 import pg from 'pg';
 import { tracePglite } from '../telemetry/tracing.js';
 import { lockDataDir } from './data-dir-lock.js';
+import { PipelinedPool } from './pipelined-pool.js';
 import * as schema from './schema/index.js';
 import { shapedQuery } from './shaped-query.js';
 
@@ -41,19 +42,31 @@ export interface Database {
    * statements whose parameters are all integers.)
    */
   prepared<T = Record<string, unknown>>(name: string, text: string, params: unknown[]): Promise<RawResult<T>>;
+  /**
+   * `prepared` for the single statements a streamed turn runs (its events' batches, its end): on
+   * PostgreSQL on the connections of `pipelined`, on their generic plans; on PGlite as `prepared`.
+   * Under load the main pool lent a connection for the whole round trip, the time this process took
+   * to read the answer included (docs/decisions.md, "Turn statements on pipelined connections").
+   */
+  pipelinedQuery<T = Record<string, unknown>>(
+    name: string,
+    text: string,
+    params: unknown[],
+  ): Promise<RawResult<T>>;
   /** Multi-statement SQL without parameters. */
   exec(text: string): Promise<void>;
   pglite: PGlite | null;
   pool: pg.Pool | null;
   /**
-   * PostgreSQL: 4 of the pool's connections for the turn's opening statement only
-   * (src/turns/turn-open.ts), on generic plans from the first execution (`plan_cache_mode`), and
-   * kept open; null with a pool smaller than 4. On the main pool
-   * each new connection planned that statement afresh for its first five executions (3.5 to 5 ms
-   * each, against 1.5 to 2 ms on the generic plan), and a turn's start queued behind other work's
-   * statements (docs/decisions.md, "The turn's opening statement on a pool of its own").
+   * PostgreSQL: 4 of the pool's connections in pipeline mode (src/db/pipelined-pool.ts) for a
+   * streamed turn's single statements: its opening (src/turns/turn-open.ts) and `pipelinedQuery`.
+   * On generic plans from the first execution (`plan_cache_mode`: on the main pool each new
+   * connection planned `turn_open` afresh for its first five executions, 3.5 to 5 ms each against
+   * 1.5 to 2 ms on the generic plan) and kept open. Null with a pool size under 3
+   * (docs/decisions.md, "The turn's opening statement on a pool of its own" and "Turn statements
+   * on pipelined connections").
    */
-  turnPool: pg.Pool | null;
+  pipelined: PipelinedPool | null;
   ping(timeoutMs?: number): Promise<boolean>;
   close(): Promise<void>;
 }
@@ -124,13 +137,13 @@ export interface OpenOptions {
 }
 
 /**
- * Connections of `turnPool`, taken from the pool size (20: 12 + 8, so a process still opens at most
- * 20; docs/operations.md): one statement of about 2 ms each. Turns arrive in bursts (clients that
- * send the next message when a reply ends), and a burst queued on 4 connections (docs/decisions.md,
- * "The turn pool: 8 connections (Session 15)"). A smaller pool size gives it two fifths (10: 6 + 4),
+ * Connections of `pipelined`, taken from the pool size (20: 16 + 4, so a process still opens at
+ * most 20; docs/operations.md). Pipelined, a connection is not lent for a round trip, so a burst
+ * of turns no longer queues for one: 4 served C=500 as well as 8, with less of PostgreSQL's CPU
+ * (bench/README.md, Session 17). A smaller pool size gives them two fifths (10: 6 + 4, 5: 3 + 2),
  * so the main pool, which also runs document jobs and webhook deliveries, keeps the larger part.
  */
-const TURN_POOL_SIZE = 8;
+const PIPELINED_CONNECTIONS = 4;
 
 export async function openDatabase(options: OpenOptions): Promise<Database> {
   if (options.databaseUrl) return openPostgres(options.databaseUrl, options.poolSize ?? 20);
@@ -158,22 +171,24 @@ async function openPglite(client: PGlite, unlock: () => void): Promise<Database>
   const { drizzle: drizzlePglite } = await import('drizzle-orm/pglite');
   const db = drizzlePglite({ client, schema }) as unknown as Db;
   let closed = false;
+  // PGlite has no named statements over its query API.
+  const prepared = async <T>(_name: string, text: string, params: unknown[]) => {
+    const result = await client.query<T>(text, params as any[], { parsers: PGLITE_PARSERS });
+    return { rows: result.rows };
+  };
   return {
     kind: 'pglite',
     db,
     openedAt: new Date().toISOString(),
     pglite: client,
     pool: null,
-    turnPool: null,
+    pipelined: null,
     async query<T>(text: string, params?: unknown[]) {
       const result = await client.query<T>(text, params as any[], { parsers: PGLITE_PARSERS });
       return { rows: result.rows };
     },
-    // PGlite has no named statements over its query API.
-    async prepared<T>(_name: string, text: string, params: unknown[]) {
-      const result = await client.query<T>(text, params as any[], { parsers: PGLITE_PARSERS });
-      return { rows: result.rows };
-    },
+    prepared,
+    pipelinedQuery: prepared,
     async exec(text: string) {
       await client.exec(text);
     },
@@ -196,10 +211,10 @@ async function openPglite(client: PGlite, unlock: () => void): Promise<Database>
 }
 
 async function openPostgres(url: string, poolSize: number): Promise<Database> {
-  const turnPoolSize = Math.min(TURN_POOL_SIZE, Math.floor((poolSize * 2) / 5));
+  const pipelinedSize = Math.min(PIPELINED_CONNECTIONS, Math.floor((poolSize * 2) / 5));
   const pool = new pg.Pool({
     connectionString: url,
-    max: poolSize - turnPoolSize,
+    max: poolSize - pipelinedSize,
     options: '-c TimeZone=UTC',
     // pg's default (10 s) closed connections that the pollers (pg-boss workers and the repeated
     // tasks, each every second) opened again moments later: a connection start-up (TLS-less still
@@ -208,24 +223,20 @@ async function openPostgres(url: string, poolSize: number): Promise<Database> {
     // the rest of a burst's connections still close after 5 minutes.
     idleTimeoutMillis: 5 * 60_000,
   });
-  // Generic plans fit the one statement that runs there (its parameters are ids, a text and flags):
-  // the plan PostgreSQL settles on by itself after five custom ones. Never closed for idleness.
-  const turnPool =
-    turnPoolSize > 0
-      ? new pg.Pool({
-          connectionString: url,
-          max: turnPoolSize,
-          options: '-c TimeZone=UTC -c plan_cache_mode=force_generic_plan',
-          idleTimeoutMillis: 0,
-        })
+  // Generic plans fit the statements that run there (by key: ids, texts, flags): the plans
+  // PostgreSQL settles on by itself after five custom ones. Never closed for idleness.
+  const pipelined =
+    pipelinedSize > 0
+      ? new PipelinedPool(
+          { connectionString: url, options: '-c TimeZone=UTC -c plan_cache_mode=force_generic_plan' },
+          pipelinedSize,
+        )
       : null;
-  for (const p of turnPool ? [pool, turnPool] : [pool]) {
-    // An idle client losing its server must not crash the process; the next query reports it.
-    p.on('error', () => {});
-    // Nor may a checked-out one (a transaction): the pool listens only to idle clients, and pg emits
-    // 'error' on a client whose connection drops. Its queries reject, and the pool discards it on release.
-    p.on('connect', (client) => client.on('error', () => {}));
-  }
+  // An idle client losing its server must not crash the process; the next query reports it.
+  pool.on('error', () => {});
+  // Nor may a checked-out one (a transaction): the pool listens only to idle clients, and pg emits
+  // 'error' on a client whose connection drops. Its queries reject, and the pool discards it on release.
+  pool.on('connect', (client) => client.on('error', () => {}));
   const db = drizzlePg({ client: pool, schema }) as unknown as Db;
   let closed = false;
   return {
@@ -234,13 +245,17 @@ async function openPostgres(url: string, poolSize: number): Promise<Database> {
     openedAt: new Date().toISOString(),
     pglite: null,
     pool,
-    turnPool,
+    pipelined,
     async query<T>(text: string, params?: unknown[]) {
       const result = await shapedQuery(pool, { text, values: params });
       return { rows: result.rows as T[] };
     },
     async prepared<T>(name: string, text: string, params: unknown[]) {
       const result = await shapedQuery(pool, { name, text, values: params });
+      return { rows: result.rows as T[] };
+    },
+    async pipelinedQuery<T>(name: string, text: string, params: unknown[]) {
+      const result = await shapedQuery(pipelined ?? pool, { name, text, values: params });
       return { rows: result.rows as T[] };
     },
     async exec(text: string) {
@@ -264,7 +279,7 @@ async function openPostgres(url: string, poolSize: number): Promise<Database> {
     async close() {
       if (closed) return;
       closed = true;
-      await Promise.all([pool.end(), turnPool?.end()]);
+      await Promise.all([pool.end(), pipelined?.end()]);
     },
   };
 }

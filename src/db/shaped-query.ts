@@ -1,4 +1,5 @@
 import pg from 'pg';
+import { PipelinedPool } from './pipelined-pool.js';
 
 interface FieldDescription {
   name: string;
@@ -108,13 +109,14 @@ export class ShapedQuery extends PgQuery {
 
 /**
  * Runs `config` on a connection of `pool` with rows built as ShapedQuery builds them. The query
- * has no callback of its own: pg-pool gives it the one that releases the connection, and returns
- * a promise of the result (its typings say it returns the query).
+ * has no callback of its own: pg-pool (and PipelinedPool) gives it the one that releases the
+ * connection, and returns a promise of the result (pg-pool's typings say it returns the query).
  */
 export function shapedQuery<T extends pg.QueryResultRow>(
-  pool: pg.Pool,
+  pool: pg.Pool | PipelinedPool,
   config: pg.QueryConfig,
 ): Promise<pg.QueryResult<T>> {
-  const query = new ShapedQuery(config) as unknown as pg.QueryConfig;
-  return pool.query(query) as unknown as Promise<pg.QueryResult<T>>;
+  const query = new ShapedQuery(config);
+  if (pool instanceof PipelinedPool) return pool.query<T>(query as unknown as pg.Query);
+  return pool.query(query as unknown as pg.QueryConfig) as unknown as Promise<pg.QueryResult<T>>;
 }

@@ -415,7 +415,7 @@ export class StreamHub {
       if (head.final || heads.has(k)) written.push({ k, s: head.seq, f: head.final });
     const notices = batch.length === 0 ? [] : notifyPayloads(last);
     try {
-      await this.database.prepared('stream_events_write', WRITE_BATCH_SQL, [
+      await this.database.pipelinedQuery('stream_events_write', WRITE_BATCH_SQL, [
         batchJson(batch),
         JSON.stringify(written),
         this.options.aliveMs / 1000,

@@ -124,7 +124,7 @@ export async function finishTurnAtOnce(
     },
     { ...usage, credits },
   );
-  const { rows } = await database.prepared<Record<string, unknown>>('turn_finish', FINISH_TURN_SQL, [
+  const { rows } = await database.pipelinedQuery<Record<string, unknown>>('turn_finish', FINISH_TURN_SQL, [
     outcome.turnId,
     end.kind,
     charge.organizationId,

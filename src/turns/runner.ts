@@ -284,7 +284,7 @@ export class TurnRunner {
     // build the same payload (llm/speculative-requests.ts), dropped on any refusal. Not when the
     // statement will wait for a connection: the model's reply would then wait in this process
     // while the client sees nothing, rather than stream as it comes after the wait.
-    const queued = (database.turnPool?.waitingCount ?? 0) > 0;
+    const queued = database.pipelined?.busy ?? false;
     const early = queued ? null : this.early.send(chatId, ctx.principal, content);
     const opened = await timing
       .db(

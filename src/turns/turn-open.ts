@@ -1,7 +1,7 @@
 import { getTableColumns } from 'drizzle-orm';
-import type pg from 'pg';
 import type { OrgPrincipal } from '../core/principal.js';
 import { type Database, rowOf } from '../db/client.js';
+import type { PipelinedPool } from '../db/pipelined-pool.js';
 import { type IntegrationRow, integrations, type SkillRow } from '../db/schema/index.js';
 import { shapedQuery } from '../db/shaped-query.js';
 import { integrationsOfProject } from '../modules/integrations/service.js';
@@ -117,7 +117,7 @@ select plan.*, gate.usable, gate.funded, gate.was_busy, (select id from turn) as
   history.rows as history, tools.rows as integrations, skill_list.rows as skills
 from plan, gate, history, tools, skill_list`;
 
-/** The statement's name on PostgreSQL: parsed and planned once per connection of `Database.turnPool`. */
+/** The statement's name on PostgreSQL: parsed and planned once per connection of `Database.pipelined`. */
 const STATEMENT_NAME = 'turn_open';
 
 const parsedJson = <T>(value: unknown): T | null =>
@@ -125,19 +125,20 @@ const parsedJson = <T>(value: unknown): T | null =>
     ? null
     : ((typeof value === 'string' ? JSON.parse(value) : value) as T);
 
-const warmed = new WeakSet<pg.Pool>();
+const warmed = new WeakSet<PipelinedPool>();
 
 /**
  * Once per pool, after its first turn: the statement on every connection of the pool with a
  * chat that does not exist (it reads nothing and writes nothing), so no later turn pays a
  * connection's first execution (parsing, planning, PostgreSQL's catalog caches: 10 to 18 ms).
  */
-function warmConnections(pool: pg.Pool): void {
+function warmConnections(pool: PipelinedPool): void {
   if (warmed.has(pool)) return;
   warmed.add(pool);
   const values = [0, 0, 0, 0, false, '', null, 1, 0];
-  // As many at once as the pool holds: the idle one (warm already) serves one, the rest open.
-  for (let i = 0; i < (pool.options.max ?? 1); i++)
+  // As many at once as the pool has connections: each goes to the one with the fewest in flight,
+  // so (the pool being idle after its first turn) one each.
+  for (let i = 0; i < pool.size; i++)
     void pool.query({ name: STATEMENT_NAME, text: OPEN_TURN_SQL, values }).catch(() => {});
 }
 
@@ -156,7 +157,7 @@ export async function openTurn(
     input.leaseMs / 1000,
     Math.max(0, input.historyLimit - 1),
   ];
-  const pool = database.turnPool;
+  const pool = database.pipelined;
   const { rows } = pool
     ? await shapedQuery<Record<string, unknown>>(pool, { name: STATEMENT_NAME, text: OPEN_TURN_SQL, values })
     : await database.query<Record<string, unknown>>(OPEN_TURN_SQL, values);
