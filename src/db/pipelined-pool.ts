@@ -11,8 +11,8 @@ interface Connection {
 }
 
 /**
- * A few PostgreSQL connections in pg's pipeline mode, for single statements that run on every turn
- * (`turn_open`, src/turns/turn-open.ts). A pool lends a connection for a statement's whole round
+ * A few PostgreSQL connections in pg's pipeline mode, for the single statements of every streamed
+ * turn (`turn_open`, `turn_finish`, the stream hub's batches of events). A pool lends a connection for a statement's whole round
  * trip, the time this process takes to read the answer included: at C=500 the event loop reads it
  * 20 to 60 ms after PostgreSQL sent it, and the turns behind waited for a connection up to 200 ms
  * (bench/README.md, Session 17). Here a statement is written at once on the connection with the
