@@ -38,7 +38,16 @@ describe.skipIf(backend !== 'postgres')('pipelined pool (PostgreSQL)', () => {
     expect(results.map((r) => r.rows[0]!.n)).toEqual(Array.from({ length: 20 }, (_, i) => i));
     expect(new Set(results.map((r) => r.rows[0]!.pid)).size).toBe(2);
     expect(pool.openCount).toBe(2);
-    expect(pool.busy).toBe(false);
+    expect(pool.queueDepth).toBe(0);
+  });
+
+  it('sends each statement to the connection with the fewest unanswered: its queue depth is theirs', async () => {
+    const pool = poolOf(2);
+    const sleeps = [0, 1, 2].map(() => pool.query({ text: 'select pg_sleep(0.1)' }));
+    // Three on two connections: two on one, one on the other; a fourth would follow one.
+    expect(pool.queueDepth).toBe(1);
+    await Promise.all(sleeps);
+    expect(pool.queueDepth).toBe(0);
   });
 
   it('sends a statement without waiting for the one before it to be answered', async () => {
@@ -46,15 +55,16 @@ describe.skipIf(backend !== 'postgres')('pipelined pool (PostgreSQL)', () => {
     await pool.query({ text: 'select 1' }); // the connection is open: both are written at once
     const at = (r: pg.QueryResult<{ at: string }>) => Date.parse(r.rows[0]!.at);
     const first = pool.query<{ at: string }>({ text: 'select pg_sleep(0.3), clock_timestamp()::text as at' });
-    expect(pool.busy).toBe(true);
+    expect(pool.queueDepth).toBe(1);
     const second = pool.query<{ at: string }>({ text: 'select clock_timestamp()::text as at' });
+    expect(pool.queueDepth).toBe(2);
     // This process reads nothing for 0.8 s. Sent only once the first was answered (and read), the
     // second would run at least 0.5 s after the first; already on the wire, it runs right after it.
     const until = Date.now() + 800;
     while (Date.now() < until);
     const [a, b] = await Promise.all([first, second]);
     expect(at(b) - at(a)).toBeLessThan(250);
-    expect(pool.busy).toBe(false);
+    expect(pool.queueDepth).toBe(0);
   });
 
   it('fails a failing statement alone: the ones around it on the same connection succeed', async () => {

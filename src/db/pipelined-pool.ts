@@ -38,9 +38,11 @@ export class PipelinedPool {
     return this.connections.filter((c) => c.client !== null).length;
   }
 
-  /** Whether every connection has a statement unanswered: a new one runs after another. */
-  get busy(): boolean {
-    return this.connections.every((c) => c.inFlight > 0);
+  /** How many unanswered statements a new one would follow on its connection (the fewest of any). */
+  get queueDepth(): number {
+    let depth = Number.POSITIVE_INFINITY;
+    for (const connection of this.connections) depth = Math.min(depth, connection.inFlight);
+    return depth;
   }
 
   query<R extends pg.QueryResultRow = pg.QueryResultRow>(statement: Statement): Promise<pg.QueryResult<R>> {

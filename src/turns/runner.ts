@@ -119,6 +119,15 @@ type KnownInput = Pick<NonNullable<OpenedTurn['started']>, 'history' | 'integrat
 /** How long a failed turn's end is retried while the database does not answer. */
 const RECORD_RETRY_MS = 10 * 60_000;
 
+/**
+ * No early model request when `turn_open` would follow this many unanswered statements on its
+ * pipelined connection. A statement counts as unanswered until this process has read its answer, so
+ * at C=500 each connection has one to three without any queue in PostgreSQL; at 1 (every
+ * connection busy) two fifths of the turns there sent nothing early (docs/decisions.md, "Turn
+ * statements on pipelined connections").
+ */
+const EARLY_REQUEST_MAX_QUEUE = 4;
+
 /** Turns waiting for tool approvals do not get the shutdown's grace period: nobody may answer within it. */
 const SHUT_DOWN_WAITING = new TurnFailure(
   'The server shut down while the reply waited for a tool approval',
@@ -282,9 +291,9 @@ export class TurnRunner {
     const timing = new TurnTiming(options.arrivedAt);
     // Sent now when this process knows the chat's next request; used only if the statement's reads
     // build the same payload (llm/speculative-requests.ts), dropped on any refusal. Not when the
-    // statement will wait for a connection: the model's reply would then wait in this process
-    // while the client sees nothing, rather than stream as it comes after the wait.
-    const queued = database.pipelined?.busy ?? false;
+    // statement will queue behind others: the model's reply would then wait in this process while
+    // the client sees nothing, rather than stream as it comes after the wait.
+    const queued = (database.pipelined?.queueDepth ?? 0) >= EARLY_REQUEST_MAX_QUEUE;
     const early = queued ? null : this.early.send(chatId, ctx.principal, content);
     const opened = await timing
       .db(
