@@ -43,8 +43,9 @@ export interface Database {
    */
   prepared<T = Record<string, unknown>>(name: string, text: string, params: unknown[]): Promise<RawResult<T>>;
   /**
-   * `prepared` for the single statements a streamed turn runs (its events' batches, its end): on
-   * PostgreSQL on the connections of `pipelined`, on their generic plans; on PGlite as `prepared`.
+   * `prepared` for the single statements a streamed turn runs (its opening, its events' batches,
+   * its end): on PostgreSQL on the connections of `pipelined` (on the pool without them), on their
+   * generic plans; on PGlite as `prepared`.
    * Under load the main pool lent a connection for the whole round trip, the time this process took
    * to read the answer included (docs/decisions.md, "Turn statements on pipelined connections").
    */

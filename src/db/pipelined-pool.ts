@@ -12,10 +12,10 @@ interface Connection {
 
 /**
  * A few PostgreSQL connections in pg's pipeline mode, for the single statements of every streamed
- * turn (`turn_open`, `turn_finish`, the stream hub's batches of events). A pool lends a connection for a statement's whole round
- * trip, the time this process takes to read the answer included: at C=500 the event loop reads it
- * 20 to 60 ms after PostgreSQL sent it, and the turns behind waited for a connection up to 200 ms
- * (bench/README.md, Session 17). Here a statement is written at once on the connection with the
+ * turn (`turn_open`, `turn_finish`, the stream hub's batches of events). A pool lends a connection
+ * for a statement's whole round trip, the time this process takes to read the answer included: at
+ * C=500 the event loop reads it 20 to 60 ms after PostgreSQL sent it, and the turns behind waited
+ * for a connection up to 200 ms (bench/README.md, Session 17). Here a statement is written at once on the connection with the
  * fewest unanswered ones, and PostgreSQL runs the next as soon as it answered the last.
  *
  * Each statement is its own Sync, so its own transaction, as on a pool: one failing fails alone.
@@ -38,18 +38,14 @@ export class PipelinedPool {
     return this.connections.filter((c) => c.client !== null).length;
   }
 
-  /** How many unanswered statements a new one would follow on its connection (the fewest of any). */
+  /** How many unanswered statements a new one would follow on its connection. */
   get queueDepth(): number {
-    let depth = Number.POSITIVE_INFINITY;
-    for (const connection of this.connections) depth = Math.min(depth, connection.inFlight);
-    return depth;
+    return this.leastLoaded().inFlight;
   }
 
   query<R extends pg.QueryResultRow = pg.QueryResultRow>(statement: Statement): Promise<pg.QueryResult<R>> {
     if (this.ended) return Promise.reject(new Error('the pipelined pool was closed'));
-    let connection = this.connections[0]!;
-    for (const candidate of this.connections)
-      if (candidate.inFlight < connection.inFlight) connection = candidate;
+    const connection = this.leastLoaded();
     connection.inFlight += 1;
     return new Promise<pg.QueryResult<R>>((resolve, reject) => {
       const answered = (err: Error | null, result?: pg.QueryResult<R>) => {
@@ -59,7 +55,11 @@ export class PipelinedPool {
       };
       const send = (client: pg.Client) => {
         // A Query reports to its callback (pg sets it from the second argument); a config gets one.
-        (client.query as (s: Statement, cb: typeof answered) => void)(statement, answered);
+        try {
+          (client.query as (s: Statement, cb: typeof answered) => void)(statement, answered);
+        } catch (err) {
+          answered(err as Error);
+        }
       };
       if (connection.client) send(connection.client);
       else this.open(connection).then(send, (err: Error) => answered(err));
@@ -75,6 +75,14 @@ export class PipelinedPool {
         await client?.end().catch(() => {});
       }),
     );
+  }
+
+  /** The connection with the fewest unanswered statements (the first of equals). */
+  private leastLoaded(): Connection {
+    let connection = this.connections[0]!;
+    for (const candidate of this.connections)
+      if (candidate.inFlight < connection.inFlight) connection = candidate;
+    return connection;
   }
 
   private open(connection: Connection): Promise<pg.Client> {

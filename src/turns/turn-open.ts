@@ -3,7 +3,6 @@ import type { OrgPrincipal } from '../core/principal.js';
 import { type Database, rowOf } from '../db/client.js';
 import type { PipelinedPool } from '../db/pipelined-pool.js';
 import { type IntegrationRow, integrations, type SkillRow } from '../db/schema/index.js';
-import { shapedQuery } from '../db/shaped-query.js';
 import { integrationsOfProject } from '../modules/integrations/service.js';
 import type { HistoryMessage, TurnHistory } from './model-input.js';
 import { PLAN_SELECT, type PlanRows, planParams, planRowsOf } from './plan.js';
@@ -157,11 +156,12 @@ export async function openTurn(
     input.leaseMs / 1000,
     Math.max(0, input.historyLimit - 1),
   ];
-  const pool = database.pipelined;
-  const { rows } = pool
-    ? await shapedQuery<Record<string, unknown>>(pool, { name: STATEMENT_NAME, text: OPEN_TURN_SQL, values })
-    : await database.query<Record<string, unknown>>(OPEN_TURN_SQL, values);
-  if (pool) warmConnections(pool);
+  const { rows } = await database.pipelinedQuery<Record<string, unknown>>(
+    STATEMENT_NAME,
+    OPEN_TURN_SQL,
+    values,
+  );
+  if (database.pipelined) warmConnections(database.pipelined);
   const raw = rows[0];
   if (!raw) return null;
   const plan = planRowsOf(principal, raw);
