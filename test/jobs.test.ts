@@ -250,14 +250,17 @@ describe('job queue wake-ups', () => {
     const t0 = Date.now();
     await sender.send('later', { label: 'delayed' }, { startAfter: 2 });
     await sender.send('later', { label: 'flaky' }, { retryDelay: 2, retryBackoff: false });
-    await waitUntil(() => runs.length === 3, 8000);
+    await waitUntil(() => runs.length === 3, 10_000);
     const at = (label: string, nth = 0) => runs.filter((r) => r.label === label)[nth].at - t0;
-    expect(at('flaky')).toBeLessThan(1000);
+    // The lower bounds are the rule; the upper ones only catch a job that was not picked up at its
+    // time, with room for a loaded machine (with 1 s and 3.5 s, a full suite on 2 cores failed
+    // this test once; it passed alone).
+    expect(at('flaky')).toBeLessThan(1500);
     expect(at('delayed')).toBeGreaterThanOrEqual(1900);
-    expect(at('delayed')).toBeLessThan(3500);
+    expect(at('delayed')).toBeLessThan(5000);
     // Failed here at about 0 s; due again 2 s later.
     expect(at('flaky', 1)).toBeGreaterThanOrEqual(1900);
-    expect(at('flaky', 1)).toBeLessThan(3500);
+    expect(at('flaky', 1)).toBeLessThan(5000);
   });
 
   it('on start, runs the jobs due now at once and the others at their time', async () => {
