@@ -281,6 +281,33 @@ describe('the lean client with a request sent early', () => {
     fresh!.drop();
     expect(counted).toEqual(['used', 'dropped']);
   });
+
+  it('keeps payloads up to its bound, pushing out the oldest chats first', async () => {
+    server.enqueue({ chunks: ['Short.'] });
+    const first = streamLean(model(), {
+      system: 'Be brief.',
+      messages: [{ role: 'user', content: 'one' }],
+      tools: {},
+      maxSteps: 1,
+      signal: new AbortController().signal,
+    });
+    expect(await textOf(first)).toBe('Short.');
+    const sent = first.firstRequest!;
+    // What one chat's entry holds: the request's messages, the reply, and the rest of the payload.
+    const entry = `${sent.head},${JSON.stringify({ role: 'assistant', content: 'Short.' })}${sent.tail}`
+      .length;
+    const requests = new SpeculativeRequests(() => {}, Math.floor(entry * 2.5));
+    const owner = { organizationId: 1, keyId: 2 };
+    const context = { projectId: 3, agentId: null, modelConfigurationId: 4 };
+    for (const chatId of [1, 2, 3]) requests.remember(chatId, owner, context, sent, 'Short.', 100);
+    // Two fit: chat 1's entry went when chat 3's came.
+    expect(requests.send(1, owner, 'next')).toBeNull();
+    for (const chatId of [2, 3]) {
+      const early = requests.send(chatId, owner, 'next');
+      expect(early).not.toBeNull();
+      early!.drop();
+    }
+  });
 });
 
 describe('EARLY_MODEL_REQUESTS=false', () => {

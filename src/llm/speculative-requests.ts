@@ -32,6 +32,13 @@ export type SpeculationOutcome = 'used' | 'dropped';
 /** New chats' first requests kept, by owner and context (the oldest go first). */
 const MAX_FIRST_REQUESTS = 1000;
 
+/**
+ * Payloads kept at most (the oldest go first). A chat's entry is needed from its turn's end to its
+ * next message; chats that get none keep theirs until pushed out, so the bound is what stays in
+ * the heap. 4 MB holds an entry for seconds at 240 replies a second (docs/decisions.md).
+ */
+const MAX_PAYLOAD_BYTES = 4 * 1024 * 1024;
+
 const contextKey = (owner: RequestOwner, context: RequestContext) =>
   `${owner.organizationId}:${owner.keyId}:${context.projectId}:${context.agentId}:${context.modelConfigurationId}`;
 
@@ -59,7 +66,7 @@ export class SpeculativeRequests {
   constructor(
     private readonly count: (outcome: SpeculationOutcome) => void = () => {},
     /** Payloads kept at most; 0 keeps nothing and sends nothing early (EARLY_MODEL_REQUESTS=false). */
-    private readonly maxBytes = 16 * 1024 * 1024,
+    private readonly maxBytes = MAX_PAYLOAD_BYTES,
   ) {}
 
   /**
