@@ -8,7 +8,7 @@
  * core 0. See bench/README.md.
  */
 import type { ChildProcess } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { appendFileSync, mkdirSync, writeFileSync } from 'node:fs';
 import { type Agent, request } from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
@@ -30,6 +30,7 @@ import {
   DIRECT_MARKERS,
   type LoopResult,
   type LoopTarget,
+  type ReplyTiming,
   runClosedLoop,
   SERVICE_MARKERS,
 } from './load-loop.js';
@@ -51,6 +52,7 @@ const { values: opts } = parseArgs({
     profile: { type: 'boolean', default: false },
     'no-pin': { type: 'boolean', default: false },
     'json-only': { type: 'boolean', default: false },
+    timings: { type: 'boolean', default: false },
   },
 });
 
@@ -67,6 +69,7 @@ const SETTINGS = {
   measureMs: Number(opts.duration) * 1000,
   timeoutMs: Number(opts.timeout) * 1000,
   chatEvery: 10,
+  recordReplies: opts.timings === true,
 };
 const MODEL = { tokens: Number(opts.tokens), ttftMs: Number(opts.ttft), delayMs: Number(opts.delay) };
 const PIN = !opts['no-pin'];
@@ -262,7 +265,7 @@ async function measureLevel(
   fakePid: number,
   servicePid: number,
   databaseName: string | null,
-): Promise<LevelFigures> {
+): Promise<{ figures: LevelFigures; replies: ReplyTiming[] }> {
   const direct: LoopTarget = {
     name: 'direct',
     port: modelPort,
@@ -293,7 +296,7 @@ async function measureLevel(
   const d = await measurePhase(direct, concurrency, fakePid, null);
   log(`C=${concurrency}: service...`);
   const s = await measurePhase(service, concurrency, fakePid, servicePid, databaseName);
-  return {
+  const figures: LevelFigures = {
     concurrency,
     direct: d.figures,
     service: {
@@ -311,6 +314,7 @@ async function measureLevel(
     },
     req_s_ratio: round(s.figures.requests_per_second / d.figures.requests_per_second, 2),
   };
+  return { figures, replies: s.result.replyTimings };
 }
 
 /** The median of every figure over the repeats (error counts too); error kinds are summed. */
@@ -387,6 +391,8 @@ async function main() {
   const env = serviceEnv(db.env, fake.port, servicePort);
   const stamp = new Date().toISOString().replace(/[:.]/g, '-');
   const profileDir = opts.profile ? path.join(PROFILE_DIR, `service-${BACKEND}-${stamp}`) : null;
+  const timingsFile = opts.timings ? path.join(RESULTS_DIR, `timings-${BACKEND}-${stamp}.jsonl`) : null;
+  if (timingsFile) mkdirSync(RESULTS_DIR, { recursive: true });
   let service: ChildProcess | null = null;
   try {
     const keys = bootstrap(env);
@@ -395,7 +401,7 @@ async function main() {
     for (let r = 0; r < REPEAT; r++) {
       for (const [i, level] of LEVELS.entries()) {
         if (REPEAT > 1) log(`repeat ${r + 1}/${REPEAT}`);
-        const figures = await measureLevel(
+        const { figures, replies } = await measureLevel(
           level,
           fake.port,
           servicePort,
@@ -406,6 +412,14 @@ async function main() {
           db.name,
         );
         runs[i].push(figures);
+        // One line per measured service reply (`--timings`), for bench/timings-summary.ts.
+        if (timingsFile)
+          appendFileSync(
+            timingsFile,
+            replies
+              .map((reply) => `${JSON.stringify({ concurrency: level, repeat: r + 1, ...reply })}\n`)
+              .join(''),
+          );
         log(table([figures]));
       }
     }
@@ -459,6 +473,10 @@ async function main() {
     if (profileDir) {
       const relative = path.relative(ROOT, profileDir);
       log(`profiles: ${relative}/\nsummary: npx tsx bench/profile-summary.ts ${relative}`);
+    }
+    if (timingsFile) {
+      const relative = path.relative(ROOT, timingsFile);
+      log(`reply timings: ${relative}\nsummary: npx tsx bench/timings-summary.ts ${relative}`);
     }
   }
 }

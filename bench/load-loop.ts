@@ -45,6 +45,25 @@ export interface LoopSettings {
   timeoutMs: number;
   /** Messages per chat before a worker moves to a fresh one. */
   chatEvery: number;
+  /**
+   * Keep each measured reply's figures (`LoopResult.replyTimings`), with the `timing` of the
+   * service's `done` event: the body's bytes are then kept until the reply ends (`--timings`).
+   */
+  recordReplies?: boolean;
+}
+
+/** One reply whose first token came in the measured phase (`--timings`; bench/timings-summary.ts). */
+export interface ReplyTiming {
+  worker: number;
+  /** The worker's message number (1 is the first of a run; a fresh chat every `chatEvery`). */
+  message: number;
+  /** When it was sent, ms after the measured phase began. */
+  sent_ms: number;
+  /** Sent to the first `content` bytes, and to the reply's end, as the client saw them. */
+  ttft_ms: number;
+  total_ms: number;
+  /** The `timing` of the service's `done` event (TurnTimingView, src/telemetry/turn-timing.ts); null direct. */
+  service: Record<string, number | null> | null;
 }
 
 export interface LoopHooks {
@@ -67,6 +86,8 @@ export interface LoopResult {
   sent: number;
   /** Time after the measured phase until the last in-flight request ended. */
   drainMs: number;
+  /** With `recordReplies`: every reply whose first token came in the measured phase. */
+  replyTimings: ReplyTiming[];
 }
 
 interface Outcome {
@@ -74,7 +95,12 @@ interface Outcome {
   ttftAt: number;
   endAt: number;
   error: string | null;
+  /** With `recordReplies`, the `done` event's `timing` object, if the body had one. */
+  timing?: Record<string, number | null> | null;
 }
+
+/** The `"timing":{...}` of a `done` event's message (a flat object of numbers and nulls). */
+const TIMING = /"timing":(\{[^{}]*\})/;
 
 /** True when `marker` occurs in `chunk`, or straddles the end of the previous chunk (`carry`). */
 function contains(chunk: Buffer, carry: Buffer | null, marker: Buffer): boolean {
@@ -83,7 +109,13 @@ function contains(chunk: Buffer, carry: Buffer | null, marker: Buffer): boolean 
   return Buffer.concat([carry, chunk.subarray(0, marker.length - 1)]).indexOf(marker) !== -1;
 }
 
-function streamOnce(agent: Agent, target: LoopTarget, path: string, timeoutMs: number): Promise<Outcome> {
+function streamOnce(
+  agent: Agent,
+  target: LoopTarget,
+  path: string,
+  timeoutMs: number,
+  record: boolean,
+): Promise<Outcome> {
   return new Promise((resolve) => {
     const outcome: Outcome = { sentAt: 0, ttftAt: Number.NaN, endAt: 0, error: null };
     let settled = false;
@@ -115,14 +147,22 @@ function streamOnce(agent: Agent, target: LoopTarget, path: string, timeoutMs: n
         let carry: Buffer | null = null;
         let done = false;
         let failed = false;
+        const body: Buffer[] | null = record && target.name === 'service' ? [] : null;
         res.on('data', (chunk: Buffer) => {
+          body?.push(chunk);
           if (Number.isNaN(outcome.ttftAt) && contains(chunk, carry, markers.content))
             outcome.ttftAt = performance.now();
           if (!done && contains(chunk, carry, markers.done)) done = true;
           if (markers.error && !failed && contains(chunk, carry, markers.error)) failed = true;
           carry = Buffer.from(chunk.subarray(Math.max(0, chunk.length - keep)));
         });
-        res.on('end', () => finish(failed ? 'error event' : done ? null : 'ended without done'));
+        res.on('end', () => {
+          if (body) {
+            const match = TIMING.exec(Buffer.concat(body).toString('utf8'));
+            outcome.timing = match ? JSON.parse(match[1]!) : null;
+          }
+          finish(failed ? 'error event' : done ? null : 'ended without done');
+        });
         res.on('error', (err) => finish(`response ${(err as NodeJS.ErrnoException).code ?? err.message}`));
       },
     );
@@ -156,6 +196,7 @@ export async function runClosedLoop(
     errors: {},
     sent: 0,
     drainMs: 0,
+    replyTimings: [],
   };
   let started = false;
   let stopped = false;
@@ -196,9 +237,26 @@ export async function runClosedLoop(
         }
       }
       result.sent++;
-      const outcome = await streamOnce(agent, target, path, settings.timeoutMs);
+      const outcome = await streamOnce(
+        agent,
+        target,
+        path,
+        settings.timeoutMs,
+        settings.recordReplies === true,
+      );
       count++;
-      if (inWindow(outcome.ttftAt)) result.ttftMs.push(outcome.ttftAt - outcome.sentAt);
+      if (inWindow(outcome.ttftAt)) {
+        result.ttftMs.push(outcome.ttftAt - outcome.sentAt);
+        if (settings.recordReplies)
+          result.replyTimings.push({
+            worker: index,
+            message: count,
+            sent_ms: outcome.sentAt - result.windowStart,
+            ttft_ms: outcome.ttftAt - outcome.sentAt,
+            total_ms: outcome.endAt - outcome.sentAt,
+            service: outcome.timing ?? null,
+          });
+      }
       if (outcome.error) {
         countError(outcome.error, outcome.sentAt, outcome.endAt);
         await sleep(50);

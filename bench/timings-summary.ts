@@ -1,0 +1,127 @@
+/**
+ * Where a slow first token waited: reads the reply timings written by
+ * `npm run bench -- --closed-loop --timings` (one JSON line per measured service reply: the
+ * client's TTFT and the `timing` of the service's `done` event) and prints, per concurrency:
+ *
+ * - percentiles of the client's TTFT and of the service's own parts: `queued_ms` (arrival to the
+ *   turn running), `overhead_ms` (what the service added before the first token),
+ *   `model_first_token_ms` (model request to its first chunk's arrival), and the rest of the
+ *   client's TTFT ("outside": before the service read the request and after it wrote the token:
+ *   the event loop's backlog, the sockets, the generator's own core);
+ * - the same parts for the slowest 1 % of first tokens;
+ * - the load over time in slices (`--slice`, ms): requests sent, TTFT p50 / p99 and the parts'
+ *   p99. A closed loop's workers move in near lockstep, so its load comes in waves; this shows
+ *   whether the tail is the waves' crests.
+ *
+ *   npx tsx bench/timings-summary.ts bench/results/timings-<backend>-<time>.jsonl [--slice 500] [--concurrency 500]
+ */
+import { readFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import type { ReplyTiming } from './load-loop.js';
+
+type Line = ReplyTiming & { concurrency: number; repeat: number };
+
+const { values: opts, positionals } = parseArgs({
+  allowPositionals: true,
+  options: {
+    slice: { type: 'string', default: '500' },
+    concurrency: { type: 'string' },
+  },
+});
+if (positionals.length !== 1) {
+  console.error('usage: npx tsx bench/timings-summary.ts <timings.jsonl> [--slice 500] [--concurrency 500]');
+  process.exit(2);
+}
+
+const lines: Line[] = readFileSync(positionals[0]!, 'utf8')
+  .split('\n')
+  .filter((line) => line.trim() !== '')
+  .map((line) => JSON.parse(line) as Line);
+
+const round = (n: number) => (Number.isFinite(n) ? Math.round(n * 10) / 10 : '–');
+
+function percentile(values: number[], p: number): number {
+  if (values.length === 0) return Number.NaN;
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
+}
+
+const mean = (values: number[]) =>
+  values.length === 0 ? Number.NaN : values.reduce((a, b) => a + b, 0) / values.length;
+
+/** The parts of one reply's TTFT; null for a reply without the service's timing. */
+function parts(line: Line): Record<string, number> | null {
+  const t = line.service;
+  if (!t || typeof t.queued_ms !== 'number' || typeof t.overhead_ms !== 'number') return null;
+  const model = typeof t.model_first_token_ms === 'number' ? t.model_first_token_ms : 0;
+  return {
+    ttft: line.ttft_ms,
+    queued: t.queued_ms,
+    overhead: t.overhead_ms,
+    model_first_token: model,
+    outside: line.ttft_ms - t.overhead_ms - model,
+  };
+}
+
+const PARTS = ['ttft', 'queued', 'overhead', 'model_first_token', 'outside'] as const;
+
+const levels = [...new Set(lines.map((l) => l.concurrency))].filter(
+  (c) => opts.concurrency === undefined || c === Number(opts.concurrency),
+);
+const sliceMs = Number(opts.slice);
+
+for (const level of levels) {
+  const replies = lines.filter((l) => l.concurrency === level);
+  const split = replies.map(parts).filter((p): p is Record<string, number> => p !== null);
+  const repeats = new Set(replies.map((l) => l.repeat)).size;
+  console.log(
+    `\n## C=${level}: ${replies.length} replies (${repeats} run${repeats === 1 ? '' : 's'}), ${split.length} with the service's timing\n`,
+  );
+  console.log('| part, ms | p50 | p90 | p99 | max | mean of the slowest 1 % of TTFTs |');
+  console.log('|---|---|---|---|---|---|');
+  const slowest = [...split]
+    .sort((a, b) => b.ttft! - a.ttft!)
+    .slice(0, Math.max(1, Math.floor(split.length / 100)));
+  for (const part of PARTS) {
+    const values = split.map((p) => p[part]!);
+    console.log(
+      `| ${part} | ${round(percentile(values, 50))} | ${round(percentile(values, 90))} | ${round(percentile(values, 99))} | ${round(percentile(values, 100))} | ${round(mean(slowest.map((p) => p[part]!)))} |`,
+    );
+  }
+  // Slices of the measured phase (of the first run: the runs' clocks start afresh).
+  const first = replies.filter((l) => l.repeat === Math.min(...replies.map((r) => r.repeat)));
+  const bySlice = new Map<number, Line[]>();
+  for (const line of first) {
+    const slice = Math.floor(line.sent_ms / sliceMs);
+    bySlice.set(slice, [...(bySlice.get(slice) ?? []), line]);
+  }
+  console.log(`\nBy time sent (first run, ${sliceMs} ms slices; p99 of each part):\n`);
+  console.log(
+    '| sent at s | requests | TTFT p50 | TTFT p99 | queued | overhead | model first token | outside |',
+  );
+  console.log('|---|---|---|---|---|---|---|---|');
+  for (const slice of [...bySlice.keys()].sort((a, b) => a - b)) {
+    const inSlice = bySlice.get(slice)!;
+    const p = inSlice.map(parts).filter((x): x is Record<string, number> => x !== null);
+    const p99 = (part: (typeof PARTS)[number]) =>
+      round(
+        percentile(
+          p.map((x) => x[part]!),
+          99,
+        ),
+      );
+    console.log(
+      `| ${round((slice * sliceMs) / 1000)} | ${inSlice.length} | ${round(
+        percentile(
+          inSlice.map((l) => l.ttft_ms),
+          50,
+        ),
+      )} | ${round(
+        percentile(
+          inSlice.map((l) => l.ttft_ms),
+          99,
+        ),
+      )} | ${p99('queued')} | ${p99('overhead')} | ${p99('model_first_token')} | ${p99('outside')} |`,
+    );
+  }
+}
