@@ -195,4 +195,55 @@ describe('event-loop load', () => {
     await sleep(400);
     expect(load.windowMs(performance.now())).toBe(0);
   });
+
+  it('reads a loop that never waits as saturated, and a waiting one as not', async () => {
+    const load = new EventLoopLoad({ sampleMs: 50 });
+    load.saturated(performance.now());
+    const spinUntil = performance.now() + 150;
+    while (performance.now() < spinUntil) {
+      // The loop runs code the whole time.
+    }
+    expect(load.saturated(performance.now())).toBe(true);
+    await sleep(400);
+    expect(load.saturated(performance.now())).toBe(false);
+  });
+});
+
+describe('paused model reads', () => {
+  it('restarts every paused reader within readPauseMs, 32 per turn of the loop, not one that resumed on its own', async () => {
+    const scheduler = new CoalescingScheduler(new FixedLoad(1_000), undefined, 60);
+    const start = performance.now();
+    let firstAt = 0;
+    // Which turn of the loop each reader was restarted in: 0 for the timer's, then one more per turn.
+    let turn = 0;
+    let counting = false;
+    const resumed: { reader: number; turn: number }[] = [];
+    const readers = Array.from({ length: 40 }, (_, reader) => ({
+      resumeReading: () => {
+        firstAt ||= performance.now() - start;
+        if (!counting) {
+          counting = true;
+          setImmediate(() => {
+            counting = false;
+            turn++;
+          });
+        }
+        resumed.push({ reader, turn });
+      },
+    }));
+    for (const reader of readers) scheduler.pauseReading(reader);
+    scheduler.readingResumed(readers[5]!);
+    while (resumed.length < 39) await sleep(5);
+    await sleep(20);
+    expect(firstAt).toBeGreaterThanOrEqual(55);
+    expect(resumed.filter((r) => r.turn === 0)).toHaveLength(32);
+    expect(resumed.filter((r) => r.turn === 1)).toHaveLength(7);
+    expect(resumed.map((r) => r.reader)).not.toContain(5);
+  });
+
+  it('pauses reads only when the load says saturated', () => {
+    expect(new CoalescingScheduler(new FixedLoad(250)).pausesReads(0)).toBe(false);
+    const saturated: LoadSignal = { windowMs: () => 250, saturated: () => true };
+    expect(new CoalescingScheduler(saturated).pausesReads(0)).toBe(true);
+  });
 });

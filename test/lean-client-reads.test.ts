@@ -176,6 +176,49 @@ describe.each(dispatchers)('lean client reads, through %s', (_name, make) => {
       expect(texts(out).length).toBeGreaterThanOrEqual(6);
     });
 
+    it('a saturated process reads a held call every readPauseMs, not per token; the end waits no longer', async () => {
+      // Writes 40 ms apart; the window holds all text after the first until the body ends.
+      writes = [...eight, [content('h'), finish, usage, done].join('')];
+      const scheduler = new CoalescingScheduler(
+        { windowMs: () => 10_000, saturated: () => true },
+        undefined,
+        150,
+      );
+      const arrivals: { piece: string; at: number }[] = [];
+      const inner = dispatcher;
+      const start = performance.now();
+      const seeing: StreamDispatcher = {
+        dispatch: (request, handler) =>
+          inner.dispatch(request, {
+            onConnect: (abort) => handler.onConnect(abort),
+            onHeaders: (status, raw, resume) => handler.onHeaders(status, raw, resume),
+            onData: (chunk) => {
+              arrivals.push({ piece: chunk.toString(), at: performance.now() - start });
+              return handler.onData(chunk);
+            },
+            onComplete: (trailers) => handler.onComplete(trailers),
+            onError: (err) => handler.onError(err),
+            onReadControl: handler.onReadControl && ((stop) => handler.onReadControl!(stop)),
+          }),
+      };
+      dispatcher = seeing;
+      try {
+        const { parts: out, usage: total } = await parts(scheduler);
+        expect(texts(out)).toEqual(['a', 'bcdefgh']);
+        expect(total).toEqual({ inputTokens: 3, outputTokens: 4 });
+      } finally {
+        dispatcher = inner;
+      }
+      const at = (text: string) => arrivals.find((a) => a.piece.includes(`"content":"${text}"`))!.at;
+      // undici cannot stop between reads (tracing's dispatcher): there every write is read as it comes.
+      if (inner instanceof StreamClient) {
+        // 'b' was held, so the socket rested: 'c' (written 40 ms after it) was read with the next
+        // reads, 150 ms later; and the body's end at most a pause after it was written (~320 ms).
+        expect(at('c') - at('b')).toBeGreaterThanOrEqual(140);
+        expect(arrivals.at(-1)!.at - at('b')).toBeLessThan(1_000);
+      }
+    });
+
     it('an error chunk is not held behind the window', async () => {
       writes = [content('a'), content('b'), chunk({ error: { message: 'boom' } }), 2000, done];
       const start = performance.now();

@@ -106,6 +106,8 @@ function send(
     headers?: Record<string, string>;
     body?: string;
     onPiece?: (piece: string, resume: () => void, abort: (err?: Error) => void) => boolean;
+    /** Receives the handler's `stopReading` (`onReadControl`). */
+    readControl?: (stopReading: () => void) => void;
   } = {},
 ): Promise<Outcome> {
   return new Promise((resolve) => {
@@ -135,6 +137,7 @@ function send(
         outcome.error = err;
         resolve(outcome);
       },
+      onReadControl: options.readControl,
     };
     streams.dispatch(
       {
@@ -327,6 +330,61 @@ describe('stream client', () => {
       expect(outcome).toMatchObject({ body: 'one two three four', error: null });
     },
   );
+
+  it('stopReading hands over the rest of the read it came in, then reads nothing more until resumed', async () => {
+    const server = await rawServer(async (socket) => {
+      socket.write(
+        head('200 OK', 'Transfer-Encoding: chunked') + chunked('one ', 'two ').replace(/0\r\n\r\n$/, ''),
+      );
+      await sleep(30);
+      socket.write(chunked('three ').replace(/0\r\n\r\n$/, ''));
+      await sleep(30);
+      socket.write(chunked('four'));
+    });
+    let stop = () => {};
+    let seenAtResume: string[] = [];
+    const pieces: string[] = [];
+    const outcome = await send(client(), server.origin, {
+      readControl: (s) => {
+        stop = s;
+      },
+      onPiece: (piece, resume) => {
+        pieces.push(piece);
+        if (pieces.length === 1) {
+          stop();
+          setTimeout(() => {
+            seenAtResume = [...pieces];
+            resume();
+          }, 150);
+        }
+        return true;
+      },
+    });
+    // 'two ' came in the same read as 'one ' and was handed over; 'three ' (30 ms later) waited.
+    expect(seenAtResume).toEqual(['one ', 'two ']);
+    expect(outcome).toMatchObject({ body: 'one two three four', error: null });
+  });
+
+  it('an answer that ends in a stopped read leaves its connection reading, and reused', async () => {
+    const server = await rawServer((socket) => {
+      socket.write(head('200 OK', 'Transfer-Encoding: chunked') + chunked('a', 'b'));
+    });
+    const streams = client();
+    for (let i = 0; i < 2; i++) {
+      let stop = () => {};
+      const outcome = await send(streams, server.origin, {
+        readControl: (s) => {
+          stop = s;
+        },
+        onPiece: () => {
+          stop();
+          return true;
+        },
+      });
+      expect(outcome).toMatchObject({ status: 200, body: 'ab', error: null });
+    }
+    expect(server.connections).toBe(1);
+  });
 
   it('an abort drops the connection and reports the abort', async () => {
     const server = await rawServer((socket) => {

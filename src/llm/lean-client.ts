@@ -3,7 +3,12 @@ import { StringDecoder } from 'node:string_decoder';
 import { APICallError } from '@ai-sdk/provider';
 import { asSchema, type ModelMessage, type Tool } from 'ai';
 import type { StreamDispatcher, StreamHandler } from '../net/stream-client.js';
-import { type CoalescingScheduler, defaultScheduler, type Flushable } from '../streams/coalescer.js';
+import {
+  type CoalescingScheduler,
+  defaultScheduler,
+  type Flushable,
+  type PausedReader,
+} from '../streams/coalescer.js';
 import { startModelSpan } from '../telemetry/tracing.js';
 import { DEFAULT_RETRY_POLICY, type RetryPolicy, retrying } from './bounded-retries.js';
 
@@ -211,9 +216,12 @@ export interface StepResult {
  * coalescing window after the last wake-up waits, merged, for the scheduler's shared timer, the
  * one that publishes the streams' merged deltas. The turn then does per window what it did per
  * token (generator hops, the runner's loop, the coalescer). The first text, an error and the end
- * wake it at once (docs/decisions.md, "Coalescing at the source").
+ * wake it at once (docs/decisions.md, "Coalescing at the source"). In a saturated process a held
+ * call also stops reading its socket after the read at hand, and the scheduler restarts it within
+ * 40 ms, so the model's chunks are read a few at a time rather than on every turn of the loop
+ * (docs/decisions.md, "A saturated process reads a held call's socket every 40 ms").
  */
-class ModelCall implements Flushable {
+class ModelCall implements Flushable, PausedReader {
   private readonly chunks: ChunkReader;
   /** Text parsed and not taken by `next()` yet. */
   private text = '';
@@ -227,6 +235,8 @@ class ModelCall implements Flushable {
   private held = false;
   /** When the consumer last took text: the window counts from there. */
   private lastTakenAt = Number.NEGATIVE_INFINITY;
+  /** Held, with its socket not read until the scheduler restarts it (`resumeReading`). */
+  private readingPaused = false;
   private wake: (() => void) | null = null;
 
   private constructor(
@@ -318,6 +328,7 @@ class ModelCall implements Flushable {
   close(): void {
     this.stopped = true;
     this.release();
+    this.scheduler.readingResumed(this);
     this.response.close();
     this.span.end();
   }
@@ -326,6 +337,13 @@ class ModelCall implements Flushable {
   flush(): void {
     this.held = false;
     this.wakeNow();
+  }
+
+  /** The scheduler's read timer: what the model sent meanwhile is read (and held, or taken). */
+  resumeReading(): void {
+    if (!this.readingPaused) return;
+    this.readingPaused = false;
+    this.response.resume();
   }
 
   // ---- from ModelResponse ----
@@ -342,7 +360,20 @@ class ModelCall implements Flushable {
       this.wakeNow();
     } else if (text) this.textArrived();
     // A consumer that stopped taking: stop reading until it takes again rather than queue without bound.
-    return this.text.length <= MAX_QUEUED_CHARS;
+    if (this.text.length > MAX_QUEUED_CHARS) return false;
+    // Held for the window: the model's next chunks wait in the socket for a while and are read
+    // together, rather than one read per token on every turn of a busy loop.
+    if (
+      this.held &&
+      !this.readingPaused &&
+      !this.stopped &&
+      this.scheduler.pausesReads(this.scheduler.now()) &&
+      this.response.stopReading()
+    ) {
+      this.readingPaused = true;
+      this.scheduler.pauseReading(this);
+    }
+    return true;
   }
 
   /** The body's end or failure (`response.complete`, `response.failure`). */
@@ -386,6 +417,10 @@ class ModelCall implements Flushable {
       this.lastTakenAt = this.scheduler.now();
       this.result.text += text;
       parts.push({ type: 'text-delta', text });
+      if (this.readingPaused) {
+        this.readingPaused = false;
+        this.scheduler.readingResumed(this);
+      }
       this.response.resume();
     }
     if (this.errored) {
@@ -601,7 +636,10 @@ export class ModelResponse implements StreamHandler {
   private headers: Record<string, string> = {};
   private abortRequest: ((err?: Error) => void) | null = null;
   private resumeRequest: (() => void) | null = null;
+  private stopReadingRequest: (() => void) | null = null;
   private paused = false;
+  /** The socket is not read (`stopReading`) until `resume`. */
+  private readingStopped = false;
   private settled = false;
   private readonly onAbort = () => this.abort(this.signal.reason);
 
@@ -625,11 +663,27 @@ export class ModelResponse implements StreamHandler {
     if (this.complete || this.failure !== null) sink.ended();
   }
 
-  /** Reading again after `data` asked to pause. */
+  /** Reading again after `data` asked to pause, or after `stopReading`. */
   resume(): void {
-    if (!this.paused) return;
+    if (!this.paused && !this.readingStopped) return;
     this.paused = false;
+    this.readingStopped = false;
     this.resumeRequest?.();
+  }
+
+  /**
+   * Stops reading the socket once the bytes read so far are handled, until `resume`; false when the
+   * dispatcher cannot (undici's: then nothing changes).
+   */
+  stopReading(): boolean {
+    if (this.stopReadingRequest === null || this.complete || this.failure !== null) return false;
+    this.readingStopped = true;
+    this.stopReadingRequest();
+    return true;
+  }
+
+  onReadControl(stopReading: () => void): void {
+    this.stopReadingRequest = stopReading;
   }
 
   /** Drops the connection unless the body is done. */

@@ -32,6 +32,11 @@ export interface StreamHandler {
   onData(chunk: Buffer): boolean;
   onComplete(trailers: string[] | null): void;
   onError(err: Error): void;
+  /**
+   * This client's own (undici has none): `stopReading` stops reading the socket once the bytes
+   * read so far have reached `onData` (nothing is held back), and `onHeaders`'s `resume` reads again.
+   */
+  onReadControl?(stopReading: () => void): void;
 }
 
 /** Anything a lean model call can be dispatched to: this client or an undici `Dispatcher`. */
@@ -169,6 +174,8 @@ class Connection {
   /** The server's `Keep-Alive: timeout=` in ms, if it said. */
   private serverIdleMs: number | null = null;
   private paused = false;
+  /** The handler stopped the socket's reads (`onReadControl`), everything read being handled. */
+  private readingStopped = false;
   /** Bytes read and not handled while the handler paused (TLS may hand over more after a pause). */
   private backlog: Buffer | null = null;
   /** The socket closed while paused: the answer ends once the backlog is handled. */
@@ -240,6 +247,9 @@ class Connection {
       this.fail(err as Error);
     }
     if (this.handler === null) return; // aborted at once
+    handler.onReadControl?.(() => {
+      if (this.handler === handler) this.stopReading();
+    });
     this.socket.write(head + body);
   }
 
@@ -468,9 +478,22 @@ class Connection {
     }
   }
 
+  /** Within a read too: Node stops reading after it (`readStop`), the read's bytes are handled. */
+  private stopReading(): void {
+    if (this.readingStopped || this.paused) return;
+    this.readingStopped = true;
+    this.socket.pause();
+  }
+
   private resume(): void {
+    if (this.readingStopped && !this.paused) {
+      this.readingStopped = false;
+      this.socket.resume();
+      return;
+    }
     if (!this.paused) return;
     this.paused = false;
+    this.readingStopped = false;
     this.socket.setTimeout(this.readTimeoutMs);
     const backlog = this.backlog;
     this.backlog = null;
@@ -485,6 +508,11 @@ class Connection {
     const handler = this.handler!;
     this.handler = null;
     this.state = Read.Done;
+    // The answer ended in the read its handler stopped after: the connection reads again, idle.
+    if (this.readingStopped) {
+      this.readingStopped = false;
+      this.socket.resume();
+    }
     // Reused only when the request went out whole too (an early answer may come before that).
     if (this.keepAlive && this.open && this.socket.writableLength === 0)
       this.client.release(this, this.serverIdleMs);
@@ -497,6 +525,7 @@ class Connection {
     this.handler = null;
     this.state = Read.Done;
     this.paused = false;
+    this.readingStopped = false;
     this.backlog = null;
     this.client.forget(this);
     this.socket.destroy();

@@ -84,6 +84,8 @@ export class ContentCoalescer {
 /** How long a busy process holds a stream's deltas; 0 when it is idle. */
 export interface LoadSignal {
   windowMs(now: number): number;
+  /** The loop never waits: held model calls leave their sockets unread for a while (`pauseReading`). */
+  saturated?(now: number): boolean;
 }
 
 export interface EventLoopLoadOptions {
@@ -125,6 +127,7 @@ export class EventLoopLoad implements LoadSignal {
   private sampledAt = Number.NEGATIVE_INFINITY;
   private busy = false;
   private window = 0;
+  private saturatedNow = false;
 
   constructor(options: Partial<EventLoopLoadOptions> = {}) {
     this.options = { ...DEFAULT_EVENT_LOOP_LOAD, ...options };
@@ -137,7 +140,13 @@ export class EventLoopLoad implements LoadSignal {
     this.last = current;
     this.sampledAt = now;
     this.window = this.windowFor(utilization);
+    this.saturatedNow = this.busy && utilization >= this.options.saturatedAt;
     return this.window;
+  }
+
+  saturated(now: number): boolean {
+    this.windowMs(now);
+    return this.saturatedNow;
   }
 
   /**
@@ -162,6 +171,11 @@ export interface Flushable {
   flush(): void;
 }
 
+/** A held model call whose socket stopped reading (llm/lean-client.ts): the scheduler restarts it. */
+export interface PausedReader {
+  resumeReading(): void;
+}
+
 /**
  * Publishes the held deltas of every stream from one timer: armed when the first stream is held,
  * it fires after that stream's window and publishes every stream held by then (a stream held
@@ -170,14 +184,23 @@ export interface Flushable {
 export class CoalescingScheduler {
   private held = new Set<Flushable>();
   private timer: NodeJS.Timeout | null = null;
+  private paused = new Set<PausedReader>();
+  private readTimer: NodeJS.Timeout | null = null;
 
   constructor(
     private readonly load: LoadSignal = new EventLoopLoad(),
     readonly now: () => number = () => performance.now(),
+    /** How long a paused reader waits at most (`pauseReading`). */
+    readonly readPauseMs: number = READ_PAUSE_MS,
   ) {}
 
   windowMs(now: number): number {
     return this.load.windowMs(now);
+  }
+
+  /** Whether a held model call should stop reading its socket for a while (a saturated loop). */
+  pausesReads(now: number): boolean {
+    return this.load.saturated?.(now) ?? false;
   }
 
   hold(coalescer: Flushable, windowMs: number): void {
@@ -192,6 +215,22 @@ export class CoalescingScheduler {
     this.held.delete(coalescer);
   }
 
+  /**
+   * Restarts `reader` within `readPauseMs`, with every reader paused by then, one timer for all
+   * (a reader paused later waits less, never more), `FLUSH_SLICE` per turn of the loop.
+   */
+  pauseReading(reader: PausedReader): void {
+    this.paused.add(reader);
+    if (this.readTimer) return;
+    this.readTimer = setTimeout(() => this.resumeAll(), this.readPauseMs);
+    this.readTimer.unref();
+  }
+
+  /** The reader resumed on its own (its text was taken, or it closed). */
+  readingResumed(reader: PausedReader): void {
+    this.paused.delete(reader);
+  }
+
   /** How many streams are waiting for the timer (tests). */
   get size(): number {
     return this.held.size;
@@ -201,7 +240,14 @@ export class CoalescingScheduler {
     this.timer = null;
     const held = this.held;
     this.held = new Set();
-    this.flushSlice(held.values());
+    this.flushSlice(held.values(), (coalescer) => coalescer.flush());
+  }
+
+  private resumeAll(): void {
+    this.readTimer = null;
+    const paused = this.paused;
+    this.paused = new Set();
+    this.flushSlice(paused.values(), (reader) => reader.resumeReading());
   }
 
   /**
@@ -213,22 +259,30 @@ export class CoalescingScheduler {
    * lets the poll phase take in what arrived; a stream released later waits a few ms more, never a
    * window more.
    */
-  private flushSlice(streams: Iterator<Flushable>): void {
+  private flushSlice<T>(items: Iterator<T>, release: (item: T) => void): void {
     for (let i = 0; i < FLUSH_SLICE; i++) {
-      const next = streams.next();
+      const next = items.next();
       if (next.done) return;
       try {
-        next.value.flush();
+        release(next.value);
       } catch {
         // One stream's throwing publish must not leave the other streams' deltas held forever.
       }
     }
-    setImmediate(() => this.flushSlice(streams));
+    setImmediate(() => this.flushSlice(items, release));
   }
 }
 
 /** How many held calls and streams one turn of the loop releases. */
 const FLUSH_SLICE = 32;
+
+/**
+ * How long a held model call leaves its socket unread in a saturated process (docs/decisions.md,
+ * "A saturated process reads a held call's socket every 40 ms"). It is also how much later the end
+ * of a reply can be read: short against the window (up to 250 ms), long against a saturated loop's
+ * turn (about 20 ms at C=500), whose every turn otherwise read every stream's socket.
+ */
+const READ_PAUSE_MS = 40;
 
 let shared: CoalescingScheduler | null = null;
 
