@@ -190,7 +190,7 @@ export class CoalescingScheduler {
   constructor(
     private readonly load: LoadSignal = new EventLoopLoad(),
     readonly now: () => number = () => performance.now(),
-    /** How long a paused reader waits at most (`pauseReading`). */
+    /** How long a paused reader rests before the restarts begin (`pauseReading`). */
     readonly readPauseMs: number = READ_PAUSE_MS,
   ) {}
 
@@ -216,8 +216,9 @@ export class CoalescingScheduler {
   }
 
   /**
-   * Restarts `reader` within `readPauseMs`, with every reader paused by then, one timer for all
-   * (a reader paused later waits less, never more), `FLUSH_SLICE` per turn of the loop.
+   * Restarts `reader` `readPauseMs` after the first reader of its round paused, with every reader
+   * paused by then: one timer for all (a reader paused later rests less, never more), then
+   * `FLUSH_SLICE` per turn of the loop, as the held streams are released.
    */
   pauseReading(reader: PausedReader): void {
     this.paused.add(reader);
