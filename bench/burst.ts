@@ -16,6 +16,7 @@ import { createParser } from 'eventsource-parser';
 import pg from 'pg';
 import { startFakeModelServer } from '../test/helpers/fake-model-server.js';
 import { startArgs } from './harness.js';
+import { percentile } from './percentile.js';
 
 const { values: opts } = parseArgs({
   options: {
@@ -38,12 +39,6 @@ const CLK_TCK = 100;
 const log = (...args: unknown[]) => {
   if (!opts['json-only']) console.error(...args);
 };
-
-function percentile(values: number[], p: number): number {
-  if (values.length === 0) return Number.NaN;
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)];
-}
 
 const round = (n: number, digits = 1) => Math.round(n * 10 ** digits) / 10 ** digits;
 

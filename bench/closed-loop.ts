@@ -34,6 +34,7 @@ import {
   runClosedLoop,
   SERVICE_MARKERS,
 } from './load-loop.js';
+import { percentile } from './percentile.js';
 import { coreBusyPercent, coreTicks, processTree, treeCpuMs, treeRssMb } from './proc-stats.js';
 
 const { values: opts } = parseArgs({
@@ -81,12 +82,6 @@ const log = (...args: unknown[]) => {
 };
 
 const round = (n: number, digits = 1) => Math.round(n * 10 ** digits) / 10 ** digits;
-
-function percentile(values: number[], p: number): number {
-  if (values.length === 0) return Number.NaN;
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))];
-}
 
 function median(values: number[]): number {
   const finite = values.filter(Number.isFinite);

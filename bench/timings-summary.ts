@@ -18,6 +18,7 @@
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import type { ReplyTiming } from './load-loop.js';
+import { percentile } from './percentile.js';
 
 type Line = ReplyTiming & { concurrency: number; repeat: number };
 
@@ -39,12 +40,6 @@ const lines: Line[] = readFileSync(positionals[0]!, 'utf8')
   .map((line) => JSON.parse(line) as Line);
 
 const round = (n: number) => (Number.isFinite(n) ? Math.round(n * 10) / 10 : '–');
-
-function percentile(values: number[], p: number): number {
-  if (values.length === 0) return Number.NaN;
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
-}
 
 const mean = (values: number[]) =>
   values.length === 0 ? Number.NaN : values.reduce((a, b) => a + b, 0) / values.length;
