@@ -1,4 +1,3 @@
-import { setMaxListeners } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type ModelMessage, stepCountIs, streamText } from 'ai';
 import type { FastifyBaseLogger } from 'fastify';
@@ -169,8 +168,6 @@ export class TurnRunner {
   ) {
     // Off (EARLY_MODEL_REQUESTS=false): no payload is kept, so nothing is ever sent early.
     this.early = new SpeculativeRequests(deps.countEarlyRequest, deps.settings.earlyRequests ? undefined : 0);
-    // Every running turn listens for the shutdown; hundreds at once are expected, not a leak.
-    setMaxListeners(0, this.shutdown.signal);
     this.approvals = new ApprovalWaits(deps.streams.notifier, deps.log);
   }
 
@@ -454,9 +451,12 @@ export class TurnRunner {
     await Promise.race([Promise.allSettled(pending()), graceOver]);
     clearTimeout(timer);
     if (pending().length === 0) return;
-    this.shutdown.abort(
-      new TurnFailure('The server shut down before the reply finished', 'turn_cancelled', true),
-    );
+    const reason = new TurnFailure('The server shut down before the reply finished', 'turn_cancelled', true);
+    this.shutdown.abort(reason);
+    // Each running turn is stopped from here, not by a listener of its own on the shutdown signal:
+    // an EventTarget looks for duplicates through its whole list on every add and remove, which
+    // at 500 concurrent turns cost each turn a walk of hundreds of listeners twice (issue 14).
+    for (const abort of this.running.values()) abort.abort(reason);
     await Promise.allSettled(pending());
   }
 
@@ -544,8 +544,6 @@ export class TurnRunner {
         this.cancel(ids.turnId);
       },
     });
-    const onShutdown = () => abort.abort(this.shutdown.signal.reason);
-    this.shutdown.signal.addEventListener('abort', onShutdown, { once: true });
     const watchdog = new IdleWatchdog(settings.modelIdleMs, () =>
       abort.abort(
         new TurnFailure(
@@ -763,7 +761,6 @@ export class TurnRunner {
       known?.early?.drop();
       watchdog.stop();
       stopLease();
-      this.shutdown.signal.removeEventListener('abort', onShutdown);
     }
   }
 
