@@ -129,6 +129,14 @@ interface PhaseFigures {
   ttft_ms: { p50: number; p99: number; p90: number; p95: number; max: number };
   replies: number;
   requests_per_second: number;
+  /**
+   * C divided by the workers' mean cycle in the measured phase (`LoopResult.cycleMs`): the rate the
+   * loop sustains. `requests_per_second` counts the replies ending in the phase, which depends on
+   * where the workers' waves fall against its ends (bench/README.md, "Session 20").
+   */
+  sustained_requests_per_second: number;
+  /** The workers' cycle: one request's sending to their next, a new chat's creation included. */
+  cycle_ms: { p50: number; p99: number; mean: number };
   errors: number;
   error_kinds: Record<string, number>;
   drain_ms: number;
@@ -154,6 +162,8 @@ interface LevelFigures {
   };
   plus_ttft_ms: { p50: number; p99: number };
   req_s_ratio: number;
+  /** Service over direct, of `sustained_requests_per_second`. */
+  sustained_ratio: number;
 }
 
 const monotonicUs = () => Number(process.hrtime.bigint() / 1000n);
@@ -224,6 +234,7 @@ async function measurePhase(
     },
   );
   const seconds = (result.windowEnd - result.windowStart) / 1000;
+  const cycleMean = result.cycleMs.reduce((a, b) => a + b, 0) / result.cycleMs.length;
   const database = databaseDelta(await databaseBefore, await databaseAfter);
   return {
     figures: {
@@ -236,6 +247,12 @@ async function measurePhase(
       },
       replies: result.replies,
       requests_per_second: round(result.replies / seconds),
+      sustained_requests_per_second: round((concurrency * 1000) / cycleMean),
+      cycle_ms: {
+        p50: round(percentile(result.cycleMs, 50)),
+        p99: round(percentile(result.cycleMs, 99)),
+        mean: round(cycleMean),
+      },
       errors: Object.values(result.errors).reduce((a, b) => a + b, 0),
       error_kinds: result.errors,
       drain_ms: Math.round(result.drainMs),
@@ -260,7 +277,7 @@ async function measureLevel(
   fakePid: number,
   servicePid: number,
   databaseName: string | null,
-): Promise<{ figures: LevelFigures; replies: ReplyTiming[] }> {
+): Promise<{ figures: LevelFigures; replies: { direct: ReplyTiming[]; service: ReplyTiming[] } }> {
   const direct: LoopTarget = {
     name: 'direct',
     port: modelPort,
@@ -308,8 +325,10 @@ async function measureLevel(
       p99: round(s.figures.ttft_ms.p99 - d.figures.ttft_ms.p99),
     },
     req_s_ratio: round(s.figures.requests_per_second / d.figures.requests_per_second, 2),
+    // C / mean cycle on both sides: the ratio of the cycles (unrounded by the req/s figures).
+    sustained_ratio: round(d.figures.cycle_ms.mean / s.figures.cycle_ms.mean, 3),
   };
-  return { figures, replies: s.result.replyTimings };
+  return { figures, replies: { direct: d.result.replyTimings, service: s.result.replyTimings } };
 }
 
 /** The median of every figure over the repeats (error counts too); error kinds are summed. */
@@ -363,15 +382,15 @@ function table(levels: LevelFigures[]): string {
 
 function conditions(levels: LevelFigures[]): string {
   const rows = [
-    '| C | direct: core 0 / core 1 busy % | direct: generator / fake model CPU % | service: core 0 / core 1 busy % | service: generator / fake model / service CPU % | PostgreSQL CPU-ms/reply | service drain ms | service errors by kind (all runs) |',
-    '|---|---|---|---|---|---|---|---|',
+    '| C | direct: core 0 / core 1 busy % | direct: generator / fake model CPU % | service: core 0 / core 1 busy % | service: generator / fake model / service CPU % | PostgreSQL CPU-ms/reply | service drain ms | service errors by kind (all runs) | cycle mean ms direct / service | sustained req/s direct / service (ratio) |',
+    '|---|---|---|---|---|---|---|---|---|---|',
   ];
   for (const l of levels) {
     const kinds = Object.entries(l.service.error_kinds)
       .map(([k, n]) => `${k}: ${n}`)
       .join(', ');
     rows.push(
-      `| ${l.concurrency} | ${l.direct.core_busy_percent.slice(0, 2).join(' / ')} | ${l.direct.generator_cpu_percent} / ${l.direct.fake_model_cpu_percent} | ${l.service.core_busy_percent.slice(0, 2).join(' / ')} | ${l.service.generator_cpu_percent} / ${l.service.fake_model_cpu_percent} / ${l.service.cpu_percent} | ${l.service.postgres_cpu_ms_per_reply ?? '–'} | ${l.service.drain_ms} | ${kinds || '–'} |`,
+      `| ${l.concurrency} | ${l.direct.core_busy_percent.slice(0, 2).join(' / ')} | ${l.direct.generator_cpu_percent} / ${l.direct.fake_model_cpu_percent} | ${l.service.core_busy_percent.slice(0, 2).join(' / ')} | ${l.service.generator_cpu_percent} / ${l.service.fake_model_cpu_percent} / ${l.service.cpu_percent} | ${l.service.postgres_cpu_ms_per_reply ?? '–'} | ${l.service.drain_ms} | ${kinds || '–'} | ${l.direct.cycle_ms.mean} / ${l.service.cycle_ms.mean} | ${l.direct.sustained_requests_per_second} / ${l.service.sustained_requests_per_second} (${l.sustained_ratio}) |`,
     );
   }
   return rows.join('\n');
@@ -407,12 +426,16 @@ async function main() {
           db.name,
         );
         runs[i].push(figures);
-        // One line per measured service reply (`--timings`), for bench/timings-summary.ts.
+        // One line per measured reply (`--timings`), direct's and the service's, for bench/timings-summary.ts.
         if (timingsFile)
           appendFileSync(
             timingsFile,
-            replies
-              .map((reply) => `${JSON.stringify({ concurrency: level, repeat: r + 1, ...reply })}\n`)
+            (['direct', 'service'] as const)
+              .flatMap((target) =>
+                replies[target].map(
+                  (reply) => `${JSON.stringify({ concurrency: level, repeat: r + 1, target, ...reply })}\n`,
+                ),
+              )
               .join(''),
           );
         log(table([figures]));

@@ -88,6 +88,11 @@ export interface LoopResult {
   drainMs: number;
   /** With `recordReplies`: every reply whose first token came in the measured phase. */
   replyTimings: ReplyTiming[];
+  /**
+   * Each worker's cycles sent in the measured phase: one request's sending to the same worker's
+   * next (a new chat's creation included). C over their mean is the rate the loop sustains.
+   */
+  cycleMs: number[];
 }
 
 interface Outcome {
@@ -197,6 +202,7 @@ export async function runClosedLoop(
     sent: 0,
     drainMs: 0,
     replyTimings: [],
+    cycleMs: [],
   };
   let started = false;
   let stopped = false;
@@ -223,6 +229,7 @@ export async function runClosedLoop(
     await sleep((index * settings.rampMs) / concurrency);
     let path = '';
     let count = 0;
+    let previousSentAt: number | null = null;
     while (!stopped) {
       if (path === '' || count % settings.chatEvery === 0) {
         const sentAt = performance.now();
@@ -245,6 +252,9 @@ export async function runClosedLoop(
         settings.recordReplies === true,
       );
       count++;
+      if (previousSentAt !== null && inWindow(previousSentAt) && inWindow(outcome.sentAt))
+        result.cycleMs.push(outcome.sentAt - previousSentAt);
+      previousSentAt = outcome.error ? null : outcome.sentAt;
       if (inWindow(outcome.ttftAt)) {
         result.ttftMs.push(outcome.ttftAt - outcome.sentAt);
         if (settings.recordReplies)

@@ -1,8 +1,15 @@
 /**
  * Where a slow first token waited: reads the reply timings written by
- * `npm run bench -- --closed-loop --timings` (one JSON line per measured service reply: the
- * client's TTFT and the `timing` of the service's `done` event) and prints, per concurrency:
+ * `npm run bench -- --closed-loop --timings` (one JSON line per measured reply, direct's and the
+ * service's: the client's TTFT and total, and for the service the `timing` of its `done` event)
+ * and prints, per concurrency:
  *
+ * - each worker's cycle (one request's send to the next's, a new chat's creation included) for
+ *   direct and the service, and the rate the closed loop sustains, C divided by the mean cycle
+ *   (Little's law). The bench's req/s counts the replies that end in the measured 20 s; with the
+ *   workers moving in waves that count depends on where the waves fall against the window's ends
+ *   (a 2.05 s reply loop counts 250 req/s, above the 243.9 it can sustain), so this rate is the
+ *   steadier comparison;
  * - percentiles of the client's TTFT and of the service's own parts: `queued_ms` (arrival to the
  *   turn running), `overhead_ms` (what the service added before the first token),
  *   `model_first_token_ms` (model request to its first chunk's arrival), and the rest of the
@@ -20,7 +27,7 @@ import { parseArgs } from 'node:util';
 import type { ReplyTiming } from './load-loop.js';
 import { percentile } from './percentile.js';
 
-type Line = ReplyTiming & { concurrency: number; repeat: number };
+type Line = ReplyTiming & { concurrency: number; repeat: number; target?: 'direct' | 'service' };
 
 const { values: opts, positionals } = parseArgs({
   allowPositionals: true,
@@ -34,10 +41,13 @@ if (positionals.length !== 1) {
   process.exit(2);
 }
 
-const lines: Line[] = readFileSync(positionals[0]!, 'utf8')
+const all: Line[] = readFileSync(positionals[0]!, 'utf8')
   .split('\n')
   .filter((line) => line.trim() !== '')
   .map((line) => JSON.parse(line) as Line);
+// Files written before direct's replies were kept hold the service's only, without `target`.
+const targetOf = (line: Line) => line.target ?? 'service';
+const lines = all.filter((line) => targetOf(line) === 'service');
 
 const round = (n: number) => (Number.isFinite(n) ? Math.round(n * 10) / 10 : '–');
 
@@ -58,6 +68,25 @@ function parts(line: Line): Record<string, number> | null {
   };
 }
 
+/**
+ * Each worker's cycles: from one request's sending to the next's, for consecutive messages of a
+ * run (a new chat's creation falls in every `chatEvery`-th).
+ */
+function cyclesOf(replies: Line[]): number[] {
+  const byWorker = new Map<string, Line[]>();
+  for (const line of replies) {
+    const key = `${line.repeat}:${line.worker}`;
+    byWorker.set(key, [...(byWorker.get(key) ?? []), line]);
+  }
+  const cycles: number[] = [];
+  for (const own of byWorker.values()) {
+    own.sort((a, b) => a.message - b.message);
+    for (let i = 1; i < own.length; i++)
+      if (own[i]!.message === own[i - 1]!.message + 1) cycles.push(own[i]!.sent_ms - own[i - 1]!.sent_ms);
+  }
+  return cycles;
+}
+
 const PARTS = ['ttft', 'queued', 'overhead', 'model_first_token', 'outside'] as const;
 
 const levels = [...new Set(lines.map((l) => l.concurrency))].filter(
@@ -71,6 +100,23 @@ for (const level of levels) {
   const repeats = new Set(replies.map((l) => l.repeat)).size;
   console.log(
     `\n## C=${level}: ${replies.length} replies (${repeats} run${repeats === 1 ? '' : 's'}), ${split.length} with the service's timing\n`,
+  );
+  console.log('| cycle, ms | replies | p50 | p90 | p99 | mean | C / mean cycle, req/s |');
+  console.log('|---|---|---|---|---|---|---|');
+  const rates: Partial<Record<'direct' | 'service', number>> = {};
+  for (const target of ['direct', 'service'] as const) {
+    const own = all.filter((l) => l.concurrency === level && targetOf(l) === target);
+    const cycles = cyclesOf(own);
+    if (cycles.length === 0) continue;
+    rates[target] = (level * 1000) / mean(cycles);
+    console.log(
+      `| ${target} | ${own.length} | ${round(percentile(cycles, 50))} | ${round(percentile(cycles, 90))} | ${round(percentile(cycles, 99))} | ${round(mean(cycles))} | ${round(rates[target]!)} |`,
+    );
+  }
+  console.log(
+    rates.direct && rates.service
+      ? `\nRatio of the sustained rates (service / direct): ${(rates.service / rates.direct).toFixed(3)}\n`
+      : '',
   );
   console.log('| part, ms | p50 | p90 | p99 | max | mean of the slowest 1 % of TTFTs |');
   console.log('|---|---|---|---|---|---|');
