@@ -58,7 +58,11 @@ export interface StreamHubOptions {
   aliveMs: number;
   /** How often a reader in another process checks the table (besides being woken by NOTIFY). */
   pollMs: number;
-  /** How long a finished stream's events stay in this process's memory for local readers. */
+  /**
+   * How long a finished stream's events stay in this process's memory for local readers; later
+   * readers read them from the table, where the stream's last event is written within
+   * `finalFlushMs` (and retried for about 2 s when a write fails).
+   */
   retainLocalMs: number;
   /** How long stored events are kept after their stream ended (idempotent repeats replay them). */
   retentionMs: number;
@@ -69,7 +73,9 @@ export const DEFAULT_STREAM_HUB_OPTIONS: StreamHubOptions = {
   finalFlushMs: 15,
   aliveMs: 60_000,
   pollMs: 1_000,
-  retainLocalMs: 15_000,
+  // At 240 replies a second, 15 s held 3,600 finished streams and about 30 MB of RSS at C=500
+  // (docs/decisions.md, "Finished streams in memory for 5 s").
+  retainLocalMs: 5_000,
   retentionMs: 24 * 3600_000,
 };
 
