@@ -89,8 +89,10 @@ export interface LoopResult {
   /** With `recordReplies`: every reply whose first token came in the measured phase. */
   replyTimings: ReplyTiming[];
   /**
-   * Each worker's cycles sent in the measured phase: one request's sending to the same worker's
-   * next (a new chat's creation included). C over their mean is the rate the loop sustains.
+   * Each worker's cycles begun in the measured phase: one request's sending to the same worker's
+   * next (a new chat's creation included). C over their mean is the rate the loop sustains. The
+   * last one, whose next request is never sent (the phase ended), counts to its reply's end: left
+   * out, the long cycles would be the ones most often missing.
    */
   cycleMs: number[];
 }
@@ -230,6 +232,7 @@ export async function runClosedLoop(
     let path = '';
     let count = 0;
     let previousSentAt: number | null = null;
+    let previousEndAt = 0;
     while (!stopped) {
       if (path === '' || count % settings.chatEvery === 0) {
         const sentAt = performance.now();
@@ -252,9 +255,10 @@ export async function runClosedLoop(
         settings.recordReplies === true,
       );
       count++;
-      if (previousSentAt !== null && inWindow(previousSentAt) && inWindow(outcome.sentAt))
+      if (previousSentAt !== null && inWindow(previousSentAt))
         result.cycleMs.push(outcome.sentAt - previousSentAt);
       previousSentAt = outcome.error ? null : outcome.sentAt;
+      previousEndAt = outcome.endAt;
       if (inWindow(outcome.ttftAt)) {
         result.ttftMs.push(outcome.ttftAt - outcome.sentAt);
         if (settings.recordReplies)
@@ -274,6 +278,8 @@ export async function runClosedLoop(
         result.replies++;
       }
     }
+    if (previousSentAt !== null && inWindow(previousSentAt))
+      result.cycleMs.push(previousEndAt - previousSentAt);
   };
   await Promise.all(Array.from({ length: concurrency }, (_, i) => worker(i)));
   clearTimeout(startTimer);

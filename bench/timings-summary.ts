@@ -70,7 +70,8 @@ function parts(line: Line): Record<string, number> | null {
 
 /**
  * Each worker's cycles: from one request's sending to the next's, for consecutive messages of a
- * run (a new chat's creation falls in every `chatEvery`-th).
+ * run (a new chat's creation falls in every `chatEvery`-th); a worker's last reply, with no next,
+ * counts to its end (as `LoopResult.cycleMs`).
  */
 function cyclesOf(replies: Line[]): number[] {
   const byWorker = new Map<string, Line[]>();
@@ -83,6 +84,7 @@ function cyclesOf(replies: Line[]): number[] {
     own.sort((a, b) => a.message - b.message);
     for (let i = 1; i < own.length; i++)
       if (own[i]!.message === own[i - 1]!.message + 1) cycles.push(own[i]!.sent_ms - own[i - 1]!.sent_ms);
+    cycles.push(own.at(-1)!.total_ms);
   }
   return cycles;
 }
