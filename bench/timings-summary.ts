@@ -77,7 +77,9 @@ function cyclesOf(replies: Line[]): number[] {
   const byWorker = new Map<string, Line[]>();
   for (const line of replies) {
     const key = `${line.repeat}:${line.worker}`;
-    byWorker.set(key, [...(byWorker.get(key) ?? []), line]);
+    const own = byWorker.get(key);
+    if (own) own.push(line);
+    else byWorker.set(key, [line]);
   }
   const cycles: number[] = [];
   for (const own of byWorker.values()) {
