@@ -74,6 +74,14 @@ const SETTINGS = {
 };
 const MODEL = { tokens: Number(opts.tokens), ttftMs: Number(opts.ttft), delayMs: Number(opts.delay) };
 const PIN = !opts['no-pin'];
+/** How long the fake model takes for one reply: no worker can cycle faster. */
+const MODEL_REPLY_MS = MODEL.ttftMs + MODEL.tokens * MODEL.delayMs;
+/**
+ * Direct's mean cycle above the model's reply by more than this share means the generator and the
+ * fake model could not keep up on their core: direct queued too, and is no baseline at that level.
+ * A free core 0 keeps it within 0.6 % (bench/README.md, Session 21).
+ */
+const DIRECT_SATURATED_ABOVE = 0.02;
 const PROFILE_DIR = path.join(ROOT, 'bench', 'profiles');
 const RESULTS_DIR = path.join(ROOT, 'bench', 'results');
 
@@ -164,6 +172,8 @@ interface LevelFigures {
   req_s_ratio: number;
   /** Service over direct, of `sustained_requests_per_second`. */
   sustained_ratio: number;
+  /** Direct's cycle was more than `DIRECT_SATURATED_ABOVE` over the model's reply (in any repeat). */
+  direct_saturated: boolean;
 }
 
 const monotonicUs = () => Number(process.hrtime.bigint() / 1000n);
@@ -327,6 +337,7 @@ async function measureLevel(
     req_s_ratio: round(s.figures.requests_per_second / d.figures.requests_per_second, 2),
     // C / mean cycle on both sides: the ratio of the cycles (unrounded by the req/s figures).
     sustained_ratio: round(d.figures.cycle_ms.mean / s.figures.cycle_ms.mean, 3),
+    direct_saturated: d.figures.cycle_ms.mean > MODEL_REPLY_MS * (1 + DIRECT_SATURATED_ABOVE),
   };
   return { figures, replies: { direct: d.result.replyTimings, service: s.result.replyTimings } };
 }
@@ -350,6 +361,7 @@ function medianOf(runs: LevelFigures[]): LevelFigures {
     return first;
   };
   const merged = merge(runs) as LevelFigures;
+  merged.direct_saturated = runs.some((run) => run.direct_saturated);
   for (const phase of ['direct', 'service'] as const) {
     merged[phase].error_kinds = {};
     for (const run of runs)
@@ -396,6 +408,21 @@ function conditions(levels: LevelFigures[]): string {
   return rows.join('\n');
 }
 
+/** A line for each level whose direct loop could not keep up with the model (`direct_saturated`). */
+function saturationNotes(levels: LevelFigures[]): string {
+  return levels
+    .filter((l) => l.direct_saturated)
+    .map(
+      (l) =>
+        `C=${l.concurrency}: direct's mean cycle (${l.direct.cycle_ms.mean} ms) is more than ` +
+        `${DIRECT_SATURATED_ABOVE * 100} % above the model's reply (${MODEL_REPLY_MS} ms): core 0 (the generator ` +
+        `and the fake model, ${l.direct.core_busy_percent[0]} % busy) could not keep up, so direct queued too and its ` +
+        `ratios are no baseline here. The service's cycle against the model's: ` +
+        `${l.service.cycle_ms.mean} / ${MODEL_REPLY_MS} ms.`,
+    )
+    .join('\n');
+}
+
 async function main() {
   pinSelf(PIN);
   const loadBefore = os.loadavg();
@@ -439,6 +466,8 @@ async function main() {
               .join(''),
           );
         log(table([figures]));
+        const note = saturationNotes([figures]);
+        if (note) log(note);
       }
     }
     const levels = runs.map(medianOf);
@@ -482,6 +511,8 @@ async function main() {
       );
       console.log(table(levels));
       console.log(`\n${conditions(levels)}`);
+      const notes = saturationNotes(levels);
+      if (notes) console.log(`\n${notes}`);
     }
   } finally {
     // SIGTERM lets the service exit normally, which is when --cpu-prof writes its profile.
