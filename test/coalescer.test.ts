@@ -67,7 +67,8 @@ describe('content coalescer, busy process', () => {
     // Held, not lost and not published yet.
     expect(texts()).toEqual(['first']);
     expect(scheduler.size).toBe(1);
-    await sleep(80);
+    // The timer's own time, however long a loaded machine makes it (a fixed sleep made this flaky).
+    await vi.waitFor(() => expect(texts()).toHaveLength(2), { timeout: 5_000, interval: 5 });
     expect(texts()).toEqual(['first', ' second third']);
     expect(scheduler.size).toBe(0);
     // The held text went out about one window after it was held, not much later.
@@ -113,7 +114,10 @@ describe('content coalescer, busy process', () => {
     for (const s of streams) s.coalescer.push('z');
     expect(timers).toHaveBeenCalledTimes(1);
     expect(scheduler.size).toBe(50);
-    await sleep(60);
+    await vi.waitFor(() => expect(streams.every((s) => s.texts().length === 2)).toBe(true), {
+      timeout: 5_000,
+      interval: 5,
+    });
     for (const s of streams) expect(s.texts()).toEqual(['x', 'yz']);
     // The 50 held events went out from the one timer (32 in its callback, the rest a turn later).
     const times = streams.map((s) => s.events[1]!.at);
@@ -136,9 +140,9 @@ describe('content coalescer, busy process', () => {
       setImmediate(() => seen.push(published()));
       return emitted(...items);
     };
-    await sleep(60);
+    // Until the timer fired and every slice went out, however long a loaded machine takes.
+    await vi.waitFor(() => expect(published()).toBe(100), { timeout: 5_000, interval: 5 });
     expect(seen).toEqual([32]);
-    expect(published()).toBe(100);
     for (const s of streams) expect(s.texts()).toEqual(['x', 'y']);
   });
 
