@@ -8,6 +8,9 @@ import {
 } from '../src/streams/coalescer.js';
 import { sleep } from './streams-support.js';
 
+/** How `vi.waitFor` waits for the scheduler's timer: as long as a loaded machine makes it. */
+const UNTIL_FIRED = { timeout: 5_000, interval: 5 };
+
 /** A load signal the test sets: the window a busy process would use, 0 for idle. */
 class FixedLoad implements LoadSignal {
   constructor(public window = 0) {}
@@ -68,7 +71,7 @@ describe('content coalescer, busy process', () => {
     expect(texts()).toEqual(['first']);
     expect(scheduler.size).toBe(1);
     // The timer's own time, however long a loaded machine makes it (a fixed sleep made this flaky).
-    await vi.waitFor(() => expect(texts()).toHaveLength(2), { timeout: 5_000, interval: 5 });
+    await vi.waitFor(() => expect(texts()).toHaveLength(2), UNTIL_FIRED);
     expect(texts()).toEqual(['first', ' second third']);
     expect(scheduler.size).toBe(0);
     // The held text went out about one window after it was held, not much later.
@@ -114,10 +117,7 @@ describe('content coalescer, busy process', () => {
     for (const s of streams) s.coalescer.push('z');
     expect(timers).toHaveBeenCalledTimes(1);
     expect(scheduler.size).toBe(50);
-    await vi.waitFor(() => expect(streams.every((s) => s.texts().length === 2)).toBe(true), {
-      timeout: 5_000,
-      interval: 5,
-    });
+    await vi.waitFor(() => expect(streams.every((s) => s.texts().length === 2)).toBe(true), UNTIL_FIRED);
     for (const s of streams) expect(s.texts()).toEqual(['x', 'yz']);
     // The 50 held events went out from the one timer (32 in its callback, the rest a turn later).
     const times = streams.map((s) => s.events[1]!.at);
@@ -141,7 +141,7 @@ describe('content coalescer, busy process', () => {
       return emitted(...items);
     };
     // Until the timer fired and every slice went out, however long a loaded machine takes.
-    await vi.waitFor(() => expect(published()).toBe(100), { timeout: 5_000, interval: 5 });
+    await vi.waitFor(() => expect(published()).toBe(100), UNTIL_FIRED);
     expect(seen).toEqual([32]);
     for (const s of streams) expect(s.texts()).toEqual(['x', 'y']);
   });
