@@ -293,14 +293,12 @@ async function measureLevel(
     port: modelPort,
     headers: { 'content-type': 'application/json' },
     markers: DIRECT_MARKERS,
-    body: Buffer.from(
-      JSON.stringify({
-        model: 'bench',
-        stream: true,
-        stream_options: { include_usage: true },
-        messages: [{ role: 'user', content: 'Hello there' }],
-      }),
-    ),
+    body: JSON.stringify({
+      model: 'bench',
+      stream: true,
+      stream_options: { include_usage: true },
+      messages: [{ role: 'user', content: 'Hello there' }],
+    }),
     newConversation: async () => '/v1/chat/completions',
   };
   const service: LoopTarget = {
@@ -308,7 +306,7 @@ async function measureLevel(
     port: servicePort,
     headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
     markers: SERVICE_MARKERS,
-    body: Buffer.from(JSON.stringify({ content: 'Hello there', stream: true })),
+    body: JSON.stringify({ content: 'Hello there', stream: true }),
     newConversation: async (agent) => {
       const body = await postJson(agent, servicePort, '/api/v2/chats', key, { project_id: projectId });
       return `/api/v2/chats/${body.response.chat.id}/messages`;
