@@ -9,7 +9,6 @@
  */
 import type { ChildProcess } from 'node:child_process';
 import { appendFileSync, mkdirSync, writeFileSync } from 'node:fs';
-import { type Agent, request } from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -30,6 +29,7 @@ import {
   DIRECT_MARKERS,
   type LoopResult,
   type LoopTarget,
+  postJson,
   type ReplyTiming,
   runClosedLoop,
   SERVICE_MARKERS,
@@ -97,39 +97,6 @@ function median(values: number[]): number {
   const sorted = [...finite].sort((a, b) => a - b);
   const mid = sorted.length >> 1;
   return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
-}
-
-/** A JSON POST over the loop's own agent, for chat creation. */
-function postJson(agent: Agent, port: number, urlPath: string, key: string, body: unknown): Promise<any> {
-  const payload = Buffer.from(JSON.stringify(body));
-  return new Promise((resolve, reject) => {
-    const req = request(
-      {
-        host: '127.0.0.1',
-        port,
-        method: 'POST',
-        path: urlPath,
-        agent,
-        headers: {
-          authorization: `Bearer ${key}`,
-          'content-type': 'application/json',
-          'content-length': String(payload.length),
-        },
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (chunk: Buffer) => chunks.push(chunk));
-        res.on('end', () => {
-          if (res.statusCode !== 201 && res.statusCode !== 200) reject(new Error(`HTTP ${res.statusCode}`));
-          else resolve(JSON.parse(Buffer.concat(chunks).toString('utf8')));
-        });
-        res.on('error', reject);
-      },
-    );
-    req.setTimeout(SETTINGS.timeoutMs, () => req.destroy(new Error('timeout')));
-    req.on('error', reject);
-    req.end(payload);
-  });
 }
 
 interface PhaseFigures {
@@ -307,8 +274,15 @@ async function measureLevel(
     headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
     markers: SERVICE_MARKERS,
     body: JSON.stringify({ content: 'Hello there', stream: true }),
-    newConversation: async (agent) => {
-      const body = await postJson(agent, servicePort, '/api/v2/chats', key, { project_id: projectId });
+    newConversation: async (client) => {
+      const body = await postJson(
+        client,
+        servicePort,
+        '/api/v2/chats',
+        key,
+        { project_id: projectId },
+        SETTINGS.timeoutMs,
+      );
       return `/api/v2/chats/${body.response.chat.id}/messages`;
     },
   };

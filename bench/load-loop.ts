@@ -3,7 +3,6 @@
  * to its end, then sending the next. Built to drive 500 streams from one core: node:http with a
  * keep-alive Agent, and the SSE bodies only scanned for a few marker bytes, never parsed.
  */
-import { Agent } from 'node:http';
 import { StreamClient } from '../src/net/stream-client.js';
 
 /** Bytes whose first appearance in a streamed body marks an event. */
@@ -35,7 +34,7 @@ export interface LoopTarget {
   /** The JSON request body. */
   body: string;
   /** Starts a conversation (every `chatEvery` messages); resolves to the path its messages go to. */
-  newConversation(agent: Agent): Promise<string>;
+  newConversation(client: StreamClient): Promise<string>;
 }
 
 export interface LoopSettings {
@@ -230,6 +229,60 @@ function streamOnce(
   });
 }
 
+/**
+ * A JSON POST on the loop's client (chat creation), so that a worker's requests share its
+ * keep-alive connections: a second pool would double the connections opened in the ramp.
+ */
+export function postJson(
+  client: StreamClient,
+  port: number,
+  path: string,
+  key: string,
+  body: unknown,
+  timeoutMs: number,
+): Promise<any> {
+  return new Promise((resolve, reject) => {
+    let status = 0;
+    let abort: ((err?: Error) => void) | null = null;
+    const chunks: Buffer[] = [];
+    const timer = setTimeout(() => abort?.(new Error('timeout')), timeoutMs);
+    const settle = (error: Error | null) => {
+      clearTimeout(timer);
+      if (error) reject(error);
+      else if (status !== 201 && status !== 200) reject(new Error(`HTTP ${status}`));
+      else {
+        try {
+          resolve(JSON.parse(Buffer.concat(chunks).toString('utf8')));
+        } catch (err) {
+          reject(err);
+        }
+      }
+    };
+    client.dispatch(
+      {
+        origin: `http://127.0.0.1:${port}`,
+        path,
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      },
+      {
+        onConnect: (a) => {
+          abort = a;
+        },
+        onHeaders: (statusCode) => {
+          status = statusCode;
+          return true;
+        },
+        // A copy: the client's read buffer is reused.
+        onData: (chunk) => chunks.push(Buffer.from(chunk)) > 0,
+        onComplete: () => settle(null),
+        onError: (err) => settle(err),
+      },
+    );
+  });
+}
+
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 export async function runClosedLoop(
@@ -238,7 +291,6 @@ export async function runClosedLoop(
   hooks: LoopHooks,
 ): Promise<LoopResult> {
   const { concurrency } = settings;
-  const agent = new Agent({ keepAlive: true, maxSockets: concurrency + 16, keepAliveMsecs: 30_000 });
   // No socket timeout (each read would re-arm it): `streamOnce` has a timer of its own.
   const client = new StreamClient({ keepAliveMs: 30_000, readTimeoutMs: 0 });
   const t0 = performance.now();
@@ -286,7 +338,7 @@ export async function runClosedLoop(
       if (path === '' || count % settings.chatEvery === 0) {
         const sentAt = performance.now();
         try {
-          path = await target.newConversation(agent);
+          path = await target.newConversation(client);
         } catch (err) {
           countError(`new chat: ${(err as Error).message}`, sentAt, performance.now());
           path = '';
@@ -334,7 +386,6 @@ export async function runClosedLoop(
   clearTimeout(startTimer);
   clearTimeout(endTimer);
   result.drainMs = Math.max(0, performance.now() - result.windowEnd);
-  agent.destroy();
   client.close();
   return result;
 }
