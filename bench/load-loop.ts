@@ -1,7 +1,8 @@
 /**
  * The closed loop of bench/closed-loop.ts: C workers, each sending one streamed request, reading it
- * to its end, then sending the next. Built to drive 500 streams from one core: node:http with a
- * keep-alive Agent, and the SSE bodies only scanned for a few marker bytes, never parsed.
+ * to its end, then sending the next. Built to drive 500 streams from one core, beside the fake
+ * model: the service's own small HTTP client (keep-alive connections read into one reused buffer,
+ * no `Readable`), and the SSE bodies only scanned for a few marker bytes, never parsed.
  */
 import { StreamClient } from '../src/net/stream-client.js';
 
