@@ -10,6 +10,8 @@ import { sleep } from './streams-support.js';
 
 /** How `vi.waitFor` waits for the scheduler's timer: as long as a loaded machine makes it. */
 const UNTIL_FIRED = { timeout: 5_000, interval: 5 };
+/** Polls a load sampled every 50 ms (`sampleMs`) until a quiet sample reads idle. */
+const UNTIL_IDLE = { timeout: 5_000, interval: 100 };
 
 /** A load signal the test sets: the window a busy process would use, 0 for idle. */
 class FixedLoad implements LoadSignal {
@@ -196,8 +198,10 @@ describe('event-loop load', () => {
       // Busy: the loop runs code the whole time.
     }
     expect(load.windowMs(performance.now())).toBeGreaterThan(0);
-    await sleep(400);
-    expect(load.windowMs(performance.now())).toBe(0);
+    // Each poll, more than `sampleMs` after the last, samples the loop since then: one quiet
+    // interval reads idle. (A fixed 400 ms sleep failed in CI on a loaded machine, where the
+    // worker's loop had other work in it: utilization just above `idleBelow`.)
+    await vi.waitFor(() => expect(load.windowMs(performance.now())).toBe(0), UNTIL_IDLE);
   });
 
   it('reads a loop that never waits as saturated, and a waiting one as not', async () => {
@@ -208,8 +212,7 @@ describe('event-loop load', () => {
       // The loop runs code the whole time.
     }
     expect(load.saturated(performance.now())).toBe(true);
-    await sleep(400);
-    expect(load.saturated(performance.now())).toBe(false);
+    await vi.waitFor(() => expect(load.saturated(performance.now())).toBe(false), UNTIL_IDLE);
   });
 });
 
