@@ -121,20 +121,17 @@ export class Carry {
   }
 
   keep(chunk: Buffer): void {
-    const from = Math.max(0, chunk.length - this.bytes.length);
-    if (from === 0 && this.length + chunk.length > this.bytes.length) {
-      // A short chunk: keep the carry's last bytes before it.
-      const keepOld = this.bytes.length - chunk.length;
-      this.bytes.copy(this.bytes, 0, this.length - keepOld, this.length);
-      this.length = keepOld;
+    const size = this.bytes.length;
+    if (chunk.length >= size) {
+      chunk.copy(this.bytes, 0, chunk.length - size);
+      this.length = size;
+      return;
     }
-    if (from === 0) {
-      chunk.copy(this.bytes, this.length);
-      this.length += chunk.length;
-    } else {
-      chunk.copy(this.bytes, 0, from);
-      this.length = this.bytes.length;
-    }
+    // A short chunk: the carry's last bytes before it, then the chunk.
+    const kept = Math.min(this.length, size - chunk.length);
+    this.bytes.copy(this.bytes, 0, this.length - kept, this.length);
+    chunk.copy(this.bytes, kept);
+    this.length = kept + chunk.length;
   }
 
   /** Whether `marker` occurs in `chunk`, or begins in the carry and ends in `chunk`. */
