@@ -4,11 +4,17 @@
  * from the statement's reads is the one sent early, and drops it otherwise or when refused. The
  * model therefore always receives what the turn would have sent; the metric says what happened.
  */
+import type { ModelMessage } from 'ai';
 import { eq } from 'drizzle-orm';
 import { Agent } from 'undici';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { chats, organizations, projects } from '../src/db/schema/index.js';
-import { type LeanModel, streamLean, type TurnModelStream } from '../src/llm/lean-client.js';
+import {
+  type EarlyRequest,
+  type LeanModel,
+  streamLean,
+  type TurnModelStream,
+} from '../src/llm/lean-client.js';
 import { type SpeculationOutcome, SpeculativeRequests } from '../src/llm/speculative-requests.js';
 import { addModel, type ChatTestApp, postStream, startChatApp, streamedText } from './chats-support.js';
 import { call, createOrg, expectStatus, type TestOrg } from './helpers/app.js';
@@ -280,6 +286,40 @@ describe('the lean client with a request sent early', () => {
     expect(fresh).not.toBeNull();
     fresh!.drop();
     expect(counted).toEqual(['used', 'dropped']);
+  });
+
+  it('builds the next requests of a chat without a system prompt byte for byte: the turns take them', async () => {
+    const lean = model();
+    const signal = new AbortController().signal;
+    const counted: SpeculationOutcome[] = [];
+    const requests = new SpeculativeRequests((outcome) => counted.push(outcome));
+    const owner = { organizationId: 1, keyId: 2 };
+    const context = { projectId: 3, agentId: null, modelConfigurationId: 4 };
+    const turn = (messages: ModelMessage[], early: EarlyRequest | null = null) =>
+      streamLean(lean, { system: '', messages, tools: {}, maxSteps: 1, signal, early });
+
+    server.enqueue({ chunks: ['Short.'] }, { chunks: ['Again.'] }, { chunks: ['Fresh.'] });
+    const first = turn([{ role: 'user', content: 'one' }]);
+    expect(await textOf(first)).toBe('Short.');
+    requests.remember(7, owner, context, first.firstRequest!, 'Short.', 100);
+    // The same chat's next message: the kept messages, the reply and the new one.
+    const history: ModelMessage[] = [
+      { role: 'user', content: 'one' },
+      { role: 'assistant', content: 'Short.' },
+      { role: 'user', content: 'two' },
+    ];
+    expect(await textOf(turn(history, requests.send(7, owner, 'two')))).toBe('Again.');
+    // A chat created empty in the context: its request opens the messages with the new one.
+    requests.created(8, owner, context);
+    expect(await textOf(turn([{ role: 'user', content: 'hi' }], requests.send(8, owner, 'hi')))).toBe(
+      'Fresh.',
+    );
+
+    expect(counted).toEqual(['used', 'used']);
+    const bodies = server.chatRequests().map((r) => r.body as { messages: unknown[] });
+    expect(bodies).toHaveLength(3);
+    expect(bodies[1]!.messages).toEqual(history);
+    expect(bodies[2]!.messages).toEqual([{ role: 'user', content: 'hi' }]);
   });
 
   it('keeps payloads up to its bound, pushing out the oldest chats first', async () => {

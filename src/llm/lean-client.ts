@@ -59,6 +59,7 @@ export interface SentRequest {
   model: LeanModel;
   /** The payload up to its first message after the system prompt: a new chat's request begins so. */
   base: string;
+  /** Once the response came: a slice of the payload the request sent (`ModelCall.start`). */
   head: string;
   tail: string;
   /** Messages in it, the system prompt not counted. */
@@ -284,6 +285,11 @@ class ModelCall implements Flushable, PausedReader {
       const response = await span.run(() =>
         retrying(attempt, options.retry ?? DEFAULT_RETRY_POLICY, options.signal),
       );
+      // The head the turn keeps (its next request builds on it) becomes a slice of the payload sent,
+      // which the request already made one flat string: the head built here, its copy made by the
+      // comparison with an early request and the strings joined for it then die young instead of
+      // living through the turn (bench/README.md, Session 23: what outlives the scavenges).
+      sent.head = response.payload.slice(0, sent.head.length);
       return new ModelCall(
         response,
         span,
@@ -646,7 +652,7 @@ export class ModelResponse implements StreamHandler {
   constructor(
     private readonly model: LeanModel,
     /** The JSON payload sent (the errors' `requestBodyValues`, as parsed by the SDK's callers). */
-    private readonly payload: string,
+    readonly payload: string,
     private readonly signal: AbortSignal,
     private readonly resolve: (response: ModelResponse) => void,
     private readonly reject: (err: unknown) => void,

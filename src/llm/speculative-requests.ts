@@ -25,6 +25,11 @@ interface NextRequest extends RequestOwner {
   /** The payload up to the new message: the last request's messages and its reply (SentRequest.head). */
   head: string;
   tail: string;
+  /**
+   * `head` holds no message yet (it ends with the array's `[`). Kept rather than read off `head`:
+   * reading a concatenated head's last character copies it flat first.
+   */
+  empty: boolean;
 }
 
 export type SpeculationOutcome = 'used' | 'dropped';
@@ -61,7 +66,7 @@ export class SpeculativeRequests {
   private readonly next = new Map<number, NextRequest>();
   private bytes = 0;
   /** By contextKey: a new chat's request up to its first message (SentRequest.base), and its tail. */
-  private readonly firsts = new Map<string, Pick<NextRequest, 'model' | 'head' | 'tail'>>();
+  private readonly firsts = new Map<string, Pick<NextRequest, 'model' | 'head' | 'tail' | 'empty'>>();
 
   constructor(
     private readonly count: (outcome: SpeculationOutcome) => void = () => {},
@@ -86,7 +91,12 @@ export class SpeculativeRequests {
     if (this.maxBytes === 0 || sent.count + 2 > historyLimit) return;
     const key = contextKey(owner, context);
     this.firsts.delete(key);
-    this.firsts.set(key, { model: sent.model, head: sent.base, tail: sent.tail });
+    this.firsts.set(key, {
+      model: sent.model,
+      head: sent.base,
+      tail: sent.tail,
+      empty: sent.base.endsWith('['),
+    });
     for (const oldest of this.firsts.keys()) {
       if (this.firsts.size <= MAX_FIRST_REQUESTS) break;
       this.firsts.delete(oldest);
@@ -95,8 +105,9 @@ export class SpeculativeRequests {
       organizationId: owner.organizationId,
       keyId: owner.keyId,
       model: sent.model,
-      head: withMessage(sent.head, 'assistant', reply),
+      head: withMessage(sent.head, sent.head.endsWith('['), 'assistant', reply),
       tail: sent.tail,
+      empty: false,
     });
   }
 
@@ -135,15 +146,15 @@ export class SpeculativeRequests {
     this.forget(chatId);
     return new SpeculativeRequest(
       entry.model,
-      withMessage(entry.head, 'user', content) + entry.tail,
+      withMessage(entry.head, entry.empty, 'user', content) + entry.tail,
       this.count,
     );
   }
 }
 
 /** `head` with one more text message (the JSON the lean client writes for it). */
-const withMessage = (head: string, role: 'user' | 'assistant', content: string) =>
-  `${head}${head.endsWith('[') ? '' : ','}${JSON.stringify({ role, content })}`;
+const withMessage = (head: string, empty: boolean, role: 'user' | 'assistant', content: string) =>
+  `${head}${empty ? '' : ','}${JSON.stringify({ role, content })}`;
 
 class SpeculativeRequest implements EarlyRequest {
   readonly sentAt = performance.now();
