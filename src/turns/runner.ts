@@ -507,18 +507,22 @@ export class TurnRunner {
   ): Promise<TurnOutcome> {
     const { database, settings, streams } = this.deps;
     const db = database.db;
-    const log = ctx.log.child({
-      organization_id: ctx.principal.organizationId,
-      project_id: plan.chat.projectId,
-      chat_id: plan.chat.id,
-      turn_id: ids.turnId,
-    });
+    // The turn's logger, made when first used: most turns log nothing, and pino serializes a
+    // child's bindings when it is made (a string per turn that outlived the young generation).
+    let turnLog: FastifyBaseLogger | null = null;
+    const log = () =>
+      (turnLog ??= ctx.log.child({
+        organization_id: ctx.principal.organizationId,
+        project_id: plan.chat.projectId,
+        chat_id: plan.chat.id,
+        turn_id: ids.turnId,
+      }));
     const publisher = new StreamPublisher<TurnEvent>(streams, turnStreamKey(ids.turnId));
     let approvals: ApprovalGate | null = null;
     const publishNow = (event: TurnEvent) =>
       publisher.publish(event).then(
         () => timing.eventWritten(),
-        (err) => log.error({ err, event: event.name }, 'could not publish a turn event'),
+        (err) => log().error({ err, event: event.name }, 'could not publish a turn event'),
       );
     // Text deltas merge while the process is busy (streams/coalescer.ts); any other event first
     // publishes what is merged, so the order stays the model's.
@@ -535,12 +539,12 @@ export class TurnRunner {
     // finds the turn released by this very process, which is not a lost lease.
     let finishing = false;
     const stopLease = keepLeaseAlive(db, ids.turnId, settings.leaseMs, {
-      onError: (err) => log.warn({ err }, 'could not renew the turn lease'),
+      onError: (err) => log().warn({ err }, 'could not renew the turn lease'),
       onCancelRequested: () => this.cancel(ids.turnId),
       // Retired elsewhere (a cancel that got no answer, or an expired lease): stop; its record stands.
       onLost: () => {
         if (finishing) return;
-        log.warn('the turn is no longer this process’s to run: stopping it');
+        log().warn('the turn is no longer this process’s to run: stopping it');
         this.cancel(ids.turnId);
       },
     });
@@ -724,23 +728,23 @@ export class TurnRunner {
           async (row) =>
             row ? { ...(await messageView(db, ids.assistantMessageId)), timing: timing.view() } : 'elsewhere',
           (recordErr) => {
-            log.error({ err: recordErr }, 'could not record the cancelled turn');
+            log().error({ err: recordErr }, 'could not record the cancelled turn');
             return null;
           },
         );
         if (recorded === 'elsewhere') return await endRecordedElsewhere();
         if (recorded) {
-          log.info('chat turn cancelled by request');
+          log().info('chat turn cancelled by request');
           observe('cancelled');
           await publish(chatDone(recorded, options.announceChat));
           return { status: 'completed', message: recorded, timing };
         }
       }
-      log[failure.cancelled ? 'warn' : 'error']({ err }, 'chat turn failed');
+      log()[failure.cancelled ? 'warn' : 'error']({ err }, 'chat turn failed');
       const recorded = await finish({ kind: 'failed', failure }).then(
         () => true,
         (recordErr) => {
-          log.warn(
+          log().warn(
             { err: recordErr },
             'could not record the failed turn; retrying until the database answers',
           );
@@ -755,7 +759,7 @@ export class TurnRunner {
       // The database is away (that is usually why the record failed): this process knows the turn
       // is over, so it frees the chat as soon as the database answers instead of leaving it to the
       // lease's expiry, and the messages show the real failure with the partial reply.
-      if (!recorded) this.recordLater(() => finish({ kind: 'failed', failure }), log);
+      if (!recorded) this.recordLater(() => finish({ kind: 'failed', failure }), log());
       return { status: 'failed', error, timing };
     } finally {
       known?.early?.drop();
