@@ -24,7 +24,8 @@ process.on('SIGUSR2', () => {
     session.post('HeapProfiler.startSampling', {
       samplingInterval: 16384,
       includeObjectsCollectedByMajorGC: true,
-      includeObjectsCollectedByMinorGC: true,
+      // HEAP_SAMPLING_SURVIVORS=1: only what outlived the scavenges (what is promoted and marked).
+      includeObjectsCollectedByMinorGC: process.env.HEAP_SAMPLING_SURVIVORS !== '1',
     });
     return;
   }
