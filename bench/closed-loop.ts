@@ -54,6 +54,7 @@ const { values: opts } = parseArgs({
     'no-pin': { type: 'boolean', default: false },
     'json-only': { type: 'boolean', default: false },
     timings: { type: 'boolean', default: false },
+    'credits-per-1k': { type: 'string', default: '0' },
   },
 });
 
@@ -73,6 +74,12 @@ const SETTINGS = {
   recordReplies: opts.timings === true,
 };
 const MODEL = { tokens: Number(opts.tokens), ttftMs: Number(opts.ttft), delayMs: Number(opts.delay) };
+/**
+ * The model's price in credits per 1,000 input and output tokens. At 0 (the default, as bootstrap
+ * leaves it) a turn writes a ledger row and leaves the organization's balance alone; priced, every
+ * turn also updates the organization's row, as in a deployment that charges.
+ */
+const CREDITS_PER_1K = Number(opts['credits-per-1k']);
 const PIN = !opts['no-pin'];
 /** How long the fake model takes for one reply: no worker can cycle faster. */
 const MODEL_REPLY_MS = MODEL.ttftMs + MODEL.tokens * MODEL.delayMs;
@@ -395,6 +402,24 @@ function saturationNotes(levels: LevelFigures[]): string {
     .join('\n');
 }
 
+/** Sets both prices of the organization's default model configuration (`--credits-per-1k`). */
+async function priceDefaultModel(port: number, key: string, credits: number): Promise<void> {
+  const base = `http://127.0.0.1:${port}/api/v1/model_configurations`;
+  const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
+  const list = await fetch(base, { headers });
+  const { model_configurations: models } = (await list.json()) as {
+    model_configurations: { id: number; is_default: boolean }[];
+  };
+  const model = models.find((m) => m.is_default);
+  if (!model) throw new Error('the bench organization has no default model configuration');
+  const updated = await fetch(`${base}/${model.id}`, {
+    method: 'PUT',
+    headers,
+    body: JSON.stringify({ credits_per_1k_input_tokens: credits, credits_per_1k_output_tokens: credits }),
+  });
+  if (!updated.ok) throw new Error(`pricing the model failed: ${updated.status} ${await updated.text()}`);
+}
+
 async function main() {
   pinSelf(PIN);
   const loadBefore = os.loadavg();
@@ -410,6 +435,7 @@ async function main() {
   try {
     const keys = bootstrap(env);
     service = await startService(PIN, env, profileDir);
+    if (CREDITS_PER_1K > 0) await priceDefaultModel(servicePort, keys.organization_key, CREDITS_PER_1K);
     const runs: LevelFigures[][] = LEVELS.map(() => []);
     for (let r = 0; r < REPEAT; r++) {
       for (const [i, level] of LEVELS.entries()) {
@@ -479,7 +505,8 @@ async function main() {
       console.log(
         `\nClosed loop, ${BACKEND}, ${MODEL.tokens} tokens ${MODEL.delayMs} ms apart after ${MODEL.ttftMs} ms; ` +
           `ramp ${SETTINGS.rampMs / 1000} s, warm-up ${SETTINGS.warmupMs / 1000} s, measured ${SETTINGS.measureMs / 1000} s` +
-          `${REPEAT > 1 ? `, median of ${REPEAT} repeats` : ''}; load average before ${results.load_average.before.join(' ')}, after ${results.load_average.after.join(' ')}\n`,
+          `${REPEAT > 1 ? `, median of ${REPEAT} repeats` : ''}` +
+          `${CREDITS_PER_1K > 0 ? `; the model priced at ${CREDITS_PER_1K} credits per 1k tokens` : ''}; load average before ${results.load_average.before.join(' ')}, after ${results.load_average.after.join(' ')}\n`,
       );
       console.log(table(levels));
       console.log(`\n${conditions(levels)}`);
