@@ -15,7 +15,7 @@ import autocannon from 'autocannon';
 import { createParser } from 'eventsource-parser';
 import pg from 'pg';
 import { startFakeModelServer } from '../test/helpers/fake-model-server.js';
-import { startArgs } from './harness.js';
+import { freeServicePort, startArgs } from './harness.js';
 import { percentile } from './percentile.js';
 
 const { values: opts } = parseArgs({
@@ -149,7 +149,7 @@ async function prepareDatabase(): Promise<{ env: Record<string, string>; cleanup
 }
 
 async function startService(env: Record<string, string>): Promise<{ child: ChildProcess; base: string }> {
-  const port = 20000 + Math.floor(Math.random() * 20000);
+  const port = await freeServicePort();
   const child = spawn(process.execPath, startArgs(), {
     cwd: ROOT,
     env: { ...process.env, ...env, PORT: String(port), LOG_LEVEL: 'warn' },

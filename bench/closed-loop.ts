@@ -16,6 +16,7 @@ import {
   bootstrap,
   type DatabaseSample,
   databaseDelta,
+  freeServicePort,
   pinSelf,
   prepareDatabase,
   ROOT,
@@ -425,7 +426,7 @@ async function main() {
   const loadBefore = os.loadavg();
   const fake = await startFakeModel(PIN, MODEL);
   const db = await prepareDatabase(BACKEND, 'scriptorium_bench');
-  const servicePort = 20000 + Math.floor(Math.random() * 20000);
+  const servicePort = await freeServicePort();
   const env = serviceEnv(db.env, fake.port, servicePort);
   const stamp = new Date().toISOString().replace(/[:.]/g, '-');
   const profileDir = opts.profile ? path.join(PROFILE_DIR, `service-${BACKEND}-${stamp}`) : null;

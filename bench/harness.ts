@@ -6,6 +6,7 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
@@ -92,6 +93,24 @@ export async function startFakeModel(
     child.once('exit', (code) => reject(new Error(`fake model exited (${code})`)));
   });
   return { child, port };
+}
+
+/**
+ * A free port for the service, below Linux's ephemeral range (32768 and up): a random port there
+ * could be taken by one of the run's own outgoing connections before the service listened, and
+ * two runs failed so ("the port is in use").
+ */
+export async function freeServicePort(): Promise<number> {
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const port = 20000 + Math.floor(Math.random() * 12000);
+    const free = await new Promise<boolean>((resolve) => {
+      const probe = net.createServer();
+      probe.once('error', () => resolve(false));
+      probe.listen(port, '127.0.0.1', () => probe.close(() => resolve(true)));
+    });
+    if (free) return port;
+  }
+  throw new Error('no free port between 20000 and 32000 for the service');
 }
 
 export function serviceEnv(

@@ -16,6 +16,7 @@ import autocannon from 'autocannon';
 import {
   bootstrap,
   databaseDelta,
+  freeServicePort,
   pinSelf,
   prepareDatabase,
   ROOT,
@@ -174,7 +175,7 @@ async function main() {
   // Short, quick replies: the model only has to fill the chat that history reads.
   const fake = await startFakeModel(PIN, { tokens: 20, ttftMs: 0, delayMs: 0 });
   const db = await prepareDatabase(BACKEND, 'scriptorium_rates');
-  const port = 20000 + Math.floor(Math.random() * 20000);
+  const port = await freeServicePort();
   const env = serviceEnv(db.env, fake.port, port);
   const stamp = new Date().toISOString().replace(/[:.]/g, '-');
   const profileDir = opts.profile ? path.join(PROFILE_DIR, `rates-${BACKEND}-${stamp}`) : null;
