@@ -81,6 +81,10 @@ const MODEL = { tokens: Number(opts.tokens), ttftMs: Number(opts.ttft), delayMs:
  * turn also updates the organization's row, as in a deployment that charges.
  */
 const CREDITS_PER_1K = Number(opts['credits-per-1k']);
+if (!Number.isFinite(CREDITS_PER_1K) || CREDITS_PER_1K < 0) {
+  console.error(`--credits-per-1k must be a number of credits, 0 or more, got "${opts['credits-per-1k']}"`);
+  process.exit(2);
+}
 const PIN = !opts['no-pin'];
 /** How long the fake model takes for one reply: no worker can cycle faster. */
 const MODEL_REPLY_MS = MODEL.ttftMs + MODEL.tokens * MODEL.delayMs;
@@ -408,6 +412,7 @@ async function priceDefaultModel(port: number, key: string, credits: number): Pr
   const base = `http://127.0.0.1:${port}/api/v1/model_configurations`;
   const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
   const list = await fetch(base, { headers });
+  if (!list.ok) throw new Error(`listing the models failed: ${list.status} ${await list.text()}`);
   const { model_configurations: models } = (await list.json()) as {
     model_configurations: { id: number; is_default: boolean }[];
   };
