@@ -19,12 +19,15 @@ const content = (text: string) => chunk({ model: 'm', choices: [{ index: 0, delt
 const finish = chunk({ choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] });
 const usage = chunk({ choices: [], usage: { prompt_tokens: 3, completion_tokens: 4 } });
 const done = 'data: [DONE]\n\n';
+/** `text` framed as one HTTP chunk, for a raw write. */
+const chunkOf = (text: string) => `${Buffer.byteLength(text).toString(16)}\r\n${text}\r\n`;
 
 /**
  * What the server writes, one `write` per string, 40 ms apart (so each is a read of its own); a
- * number is a further wait in ms.
+ * number is a further wait in ms; an array is written at once, its pieces one chunk each, corked
+ * (one segment, so one read); `{ raw }` goes to the socket as it is, bypassing the chunked framing.
  */
-let writes: (string | Buffer | number)[] = [];
+let writes: (string | Buffer | number | (string | Buffer)[] | { raw: string })[] = [];
 let server: http.Server;
 let model: LeanModel;
 let dispatcher: StreamDispatcher;
@@ -40,7 +43,15 @@ beforeAll(async () => {
           continue;
         }
         if (i > 0) await sleep(40);
-        res.write(piece);
+        if (Array.isArray(piece)) {
+          res.cork();
+          for (const part of piece) res.write(part);
+          res.uncork();
+        } else if (typeof piece === 'object' && 'raw' in piece) {
+          res.flushHeaders();
+          res.socket!.end(piece.raw);
+          return;
+        } else res.write(piece);
       }
       res.end();
     });
@@ -132,6 +143,46 @@ describe.each(dispatchers)('lean client reads, through %s', (_name, make) => {
     expect(text).toBe('é 漢字 😀ü');
   });
 
+  it('decodes characters split across the chunks of one read', async () => {
+    const body = Buffer.from([content('é 漢字'), content('😀ü'), finish, done].join(''));
+    const han = body.indexOf(Buffer.from('漢')) + 2;
+    const emoji = body.indexOf(Buffer.from('😀')) + 1;
+    // Chunks ending inside a character, on an ASCII byte and inside one again, in one segment.
+    writes = [
+      [
+        body.subarray(0, han),
+        body.subarray(han, emoji - 2),
+        body.subarray(emoji - 2, emoji),
+        body.subarray(emoji),
+      ],
+    ];
+    const { parts: out } = await parts();
+    const text = out
+      .filter((p) => p.type === 'text-delta')
+      .map((p) => (p as { text: string }).text)
+      .join('');
+    expect(text).toBe('é 漢字😀ü');
+  });
+
+  it('a broken answer after whole chunks of the same read: their text first, then the failure', async () => {
+    writes = [{ raw: `${chunkOf(content('a'))}${chunkOf(content('b'))}zz\r\n` }];
+    const out: TurnStreamPart[] = [];
+    const stream = streamLean(model, {
+      system: '',
+      messages: [{ role: 'user', content: 'Hi' }],
+      tools: {},
+      maxSteps: 1,
+      signal: new AbortController().signal,
+      retry: { retries: 0, delaysMs: [1], maxDelayMs: 1 },
+    });
+    await expect(
+      (async () => {
+        for await (const part of stream.fullStream) out.push(part);
+      })(),
+    ).rejects.toThrow();
+    expect(out).toEqual([{ type: 'text-delta', text: 'ab' }]);
+  });
+
   describe('in a busy process (coalescing at the source)', () => {
     const texts = (out: TurnStreamPart[]) =>
       out.filter((p) => p.type === 'text-delta').map((p) => (p as { text: string }).text);
@@ -196,6 +247,14 @@ describe.each(dispatchers)('lean client reads, through %s', (_name, make) => {
               arrivals.push({ piece: chunk.toString(), at: performance.now() - start });
               return handler.onData(chunk);
             },
+            // The stream client hands its handler ranges of a read, then the read's end.
+            onBody:
+              handler.onBody &&
+              ((buffer, from, to) => {
+                arrivals.push({ piece: buffer.toString('utf8', from, to), at: performance.now() - start });
+                return handler.onBody!(buffer, from, to);
+              }),
+            onReadEnd: handler.onReadEnd && (() => handler.onReadEnd!()),
             onComplete: (trailers) => handler.onComplete(trailers),
             onError: (err) => handler.onError(err),
             onReadControl: handler.onReadControl && ((stop) => handler.onReadControl!(stop)),

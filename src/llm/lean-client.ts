@@ -354,17 +354,37 @@ class ModelCall implements Flushable, PausedReader {
 
   // ---- from ModelResponse ----
 
-  /** A piece of the body: parsed at once; false asks undici to stop reading until `take`. */
+  /** A piece of the body: parsed at once; false asks the dispatcher to stop reading until `take`. */
   data(piece: string): boolean {
-    this.onActivity?.();
-    if (this.errored || this.stopped) return true;
+    this.parse(piece);
+    return this.readEnded();
+  }
+
+  /** A piece of a read that may hold more (`ModelResponse.onBody`): parsed, not yet acted on. */
+  parse(piece: string): void {
+    if (this.errored || this.stopped) return;
     const { text, error } = this.chunks.read(piece);
     if (text) this.text = this.text ? this.text + text : text;
     if (error !== null) {
       this.error = error;
       this.errored = true;
+    }
+  }
+
+  /**
+   * What was parsed since the last read's end is acted on: the consumer woken (or its text held
+   * for the window), reading stopped for a while. False asks the dispatcher to stop reading until
+   * `take`.
+   */
+  readEnded(): boolean {
+    this.onActivity?.();
+    if (this.stopped) return true;
+    if (this.errored) {
       this.wakeNow();
-    } else if (text) this.textArrived();
+      return true;
+    }
+    // Text the consumer has not taken is new to it (it waits only with none: `next`).
+    if (this.text) this.textArrived();
     // A consumer that stopped taking: stop reading until it takes again rather than queue without bound.
     if (this.text.length > MAX_QUEUED_CHARS) return false;
     // Held for the window: the model's next chunks wait in the socket for a while and are read
@@ -372,7 +392,6 @@ class ModelCall implements Flushable, PausedReader {
     if (
       this.held &&
       !this.readingPaused &&
-      !this.stopped &&
       this.scheduler.pausesReads(this.scheduler.now()) &&
       this.response.stopReading()
     ) {
@@ -622,6 +641,18 @@ const MAX_QUEUED_CHARS = 1 << 20;
 /** Body text a response holds before anyone reads it (a request sent early, not yet taken). */
 const MAX_EARLY_CHARS = 16 * 1024;
 
+/** Where a response's body goes once a call takes it over (ModelCall). */
+interface BodySink {
+  /** A piece, parsed and acted on; false stops reading until the sink resumes it. */
+  data(piece: string): boolean;
+  /** A piece of a read that may hold more, parsed only... */
+  parse(piece: string): void;
+  /** ...and then acted on, at the read's end; false as for `data`. */
+  readEnded(): boolean;
+  /** The body ended or failed (what was parsed is taken first, `ModelCall.next`). */
+  ended(): void;
+}
+
 /**
  * One HTTP request, as an undici dispatch handler: its promise resolves when a 2xx status arrives,
  * and the body then goes, decoded, straight from undici's parser to the call (`sink`); nothing is
@@ -635,7 +666,11 @@ export class ModelResponse implements StreamHandler {
   firstDataAt: number | null = null;
   failure: unknown = null;
   private readonly decoder = new StringDecoder('utf8');
-  private sink_: { data(piece: string): boolean; ended(): void } | null = null;
+  /** The decoder may hold the first bytes of a character the last piece it had cut. */
+  private decoderHolds = false;
+  /** The sink parsed pieces of the read at hand (`onBody`) and has not acted on them yet. */
+  private parsed = false;
+  private sink_: BodySink | null = null;
   /** Body text that arrived before the sink was set (or, for an error status, the whole body). */
   private early = '';
   private status = 0;
@@ -660,7 +695,7 @@ export class ModelResponse implements StreamHandler {
     signal.addEventListener('abort', this.onAbort, { once: true });
   }
 
-  set sink(sink: { data(piece: string): boolean; ended(): void }) {
+  set sink(sink: BodySink) {
     this.sink_ = sink;
     const early = this.early;
     this.early = '';
@@ -721,8 +756,39 @@ export class ModelResponse implements StreamHandler {
     return true;
   }
 
+  /** A piece of the body from undici's dispatcher (tracing on): acted on at once. */
   onData(chunk: Buffer): boolean {
-    const piece = this.decoder.write(chunk);
+    return this.deliver(this.decoder.write(chunk));
+  }
+
+  /**
+   * A piece of the body from this repository's client: parsed now, acted on at its read's end
+   * (`onReadEnd`), once for the several chunks a rested socket's read holds.
+   */
+  onBody(buffer: Buffer, start: number, end: number): boolean {
+    const piece = this.decode(buffer, start, end);
+    if (this.sink_ === null) return this.deliver(piece);
+    this.sink_.parse(piece);
+    this.parsed = true;
+    return true;
+  }
+
+  onReadEnd(): boolean {
+    if (!this.parsed || this.sink_ === null) return true;
+    this.parsed = false;
+    if (this.sink_.readEnded()) return true;
+    this.paused = true;
+    return false;
+  }
+
+  /** The bytes as text, through the decoder only when a character may be cut at either end. */
+  private decode(buffer: Buffer, start: number, end: number): string {
+    if (!this.decoderHolds && buffer[end - 1]! < 0x80) return buffer.toString('utf8', start, end);
+    this.decoderHolds = buffer[end - 1]! >= 0x80;
+    return this.decoder.write(buffer.subarray(start, end));
+  }
+
+  private deliver(piece: string): boolean {
     if (!piece) return true;
     if (this.sink_ === null) {
       this.firstDataAt ??= performance.now();
@@ -741,8 +807,8 @@ export class ModelResponse implements StreamHandler {
   }
 
   onComplete(): void {
-    const rest = this.decoder.end();
-    if (rest) this.onData(Buffer.from(rest));
+    // Pieces parsed in the last read need no acting on: the sink's `ended` wakes the consumer.
+    this.deliver(this.decoder.end());
     this.complete = true;
     this.cleanup();
     if (!this.settled) {

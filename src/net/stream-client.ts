@@ -30,6 +30,14 @@ export interface StreamHandler {
   onHeaders(statusCode: number, rawHeaders: (Buffer | string)[] | null, resume: () => void): boolean;
   /** A piece of the body; valid only during the call (the buffer is reused). False pauses reading. */
   onData(chunk: Buffer): boolean;
+  /**
+   * This client's own, in place of `onData` when the handler has it: a piece of the body as a
+   * range of the read buffer (no Buffer is made for it), with `onReadEnd` after each socket read
+   * whose bytes reached the handler. A handler can so gather a read's pieces, which a rested
+   * socket holds several of, and handle them once. `onReadEnd`'s false pauses reading.
+   */
+  onBody?(buffer: Buffer, start: number, end: number): boolean;
+  onReadEnd?(): boolean;
   onComplete(trailers: string[] | null): void;
   onError(err: Error): void;
   /**
@@ -176,6 +184,8 @@ class Connection {
   private paused = false;
   /** The handler stopped the socket's reads (`onReadControl`), everything read being handled. */
   private readingStopped = false;
+  /** Body bytes of the read at hand went to the handler's `onBody`: its `onReadEnd` is due. */
+  private bodyRead = false;
   /** Bytes read and not handled while the handler paused (TLS may hand over more after a pause). */
   private backlog: Buffer | null = null;
   /** The socket closed while paused: the answer ends once the backlog is handled. */
@@ -283,6 +293,11 @@ class Connection {
     let at = start;
     try {
       while (at < end && this.handler === handler && !this.paused) at = this.step(buffer, at, end);
+      if (this.bodyRead) {
+        this.bodyRead = false;
+        // An answer that ended in this read had its handler's `onComplete` instead.
+        if (this.handler === handler && !handler.onReadEnd!()) this.pause();
+      }
     } catch (err) {
       // A broken answer (an Error thrown by the parser below), or a handler that threw.
       this.fail(err as Error);
@@ -327,7 +342,7 @@ class Connection {
       case Read.Length: {
         const to = Math.min(end, at + this.remaining);
         this.remaining -= to - at;
-        const more = this.handler!.onData(buffer.subarray(at, to));
+        const more = this.body(buffer, at, to);
         if (this.remaining === 0) {
           if (this.state === Read.Length) this.complete();
           else this.state = Read.ChunkEnd;
@@ -336,13 +351,21 @@ class Connection {
         return to;
       }
       case Read.UntilClose: {
-        if (!this.handler!.onData(buffer.subarray(at, end)) && this.handler !== null) this.pause();
+        if (!this.body(buffer, at, end) && this.handler !== null) this.pause();
         return end;
       }
       default:
         this.socket.destroy();
         return end;
     }
+  }
+
+  /** Body bytes to the handler: as a range when it takes ranges (its read's end then follows). */
+  private body(buffer: Buffer, start: number, end: number): boolean {
+    const handler = this.handler!;
+    if (handler.onBody === undefined) return handler.onData(buffer.subarray(start, end));
+    this.bodyRead = true;
+    return handler.onBody(buffer, start, end);
   }
 
   /** A chunk's size line: read from the bytes when it is plain hex and whole in this read. */
@@ -507,6 +530,7 @@ class Connection {
   private complete(): void {
     const handler = this.handler!;
     this.handler = null;
+    this.bodyRead = false;
     this.state = Read.Done;
     // The answer ended in the read its handler stopped after: the connection reads again, idle.
     if (this.readingStopped) {
@@ -523,6 +547,7 @@ class Connection {
   private fail(err: Error): void {
     const handler = this.handler;
     this.handler = null;
+    this.bodyRead = false;
     this.state = Read.Done;
     this.paused = false;
     this.readingStopped = false;
