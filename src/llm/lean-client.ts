@@ -227,6 +227,12 @@ class ModelCall implements Flushable, PausedReader {
   private readonly chunks: ChunkReader;
   /** Text parsed and not taken by `next()` yet. */
   private text = '';
+  /**
+   * The texts of the read at hand, one per chunk, joined into one string at the read's end
+   * (`fold`): text held for a window is then a string per read, not a string and a concatenation
+   * per token, which outlived the young generation (bench/README.md, Session 24).
+   */
+  private readonly parsed: string[] = [];
   /** An error chunk parsed and not taken yet; nothing after it is parsed. */
   private error: unknown = null;
   private errored = false;
@@ -309,7 +315,7 @@ class ModelCall implements Flushable, PausedReader {
   async next(): Promise<TurnStreamPart[] | null> {
     for (;;) {
       if (this.stopped) return null;
-      if (this.text || this.errored) return this.take();
+      if (this.text || this.parsed.length > 0 || this.errored) return this.take();
       const { failure } = this.response;
       if (failure !== null) throw failure;
       if (this.response.complete) return null;
@@ -365,7 +371,7 @@ class ModelCall implements Flushable, PausedReader {
   parse(piece: string): void {
     if (this.errored || this.stopped) return;
     const { text, error } = this.chunks.read(piece);
-    if (text) this.text = this.text ? this.text + text : text;
+    if (text) this.parsed.push(text);
     if (error !== null) {
       this.error = error;
       this.errored = true;
@@ -379,6 +385,7 @@ class ModelCall implements Flushable, PausedReader {
    */
   readEnded(): boolean {
     this.onActivity?.();
+    this.fold();
     if (this.stopped) return true;
     if (this.errored) {
       this.wakeNow();
@@ -433,8 +440,18 @@ class ModelCall implements Flushable, PausedReader {
     this.scheduler.release(this);
   }
 
+  /** The read's texts, one string (`parsed`). */
+  private fold(): void {
+    const { parsed } = this;
+    if (parsed.length === 0) return;
+    const read = parsed.length === 1 ? parsed[0]! : parsed.join('');
+    parsed.length = 0;
+    this.text = this.text ? this.text + read : read;
+  }
+
   private take(): TurnStreamPart[] {
     this.release();
+    this.fold();
     const parts: TurnStreamPart[] = [];
     const { text } = this;
     if (text) {
