@@ -175,3 +175,57 @@ describe('lean client chunk reader (fast path for content chunks)', () => {
     expect(models).toEqual(['gpt-x']);
   });
 });
+
+/**
+ * The same fast path on the response's bytes (ChunkReader.contentOfBytes), used by the service's
+ * own stream client for an HTTP chunk that is one whole event: it must give what `read` gives for
+ * the same bytes, or null so that `read` takes them.
+ */
+describe('lean client chunk reader (content chunks read from bytes)', () => {
+  /** `text` in the middle of a read buffer, as the stream client hands it over. */
+  const bytesOf = (text: string) => {
+    const bytes = Buffer.concat([Buffer.from('xx'), Buffer.from(text), Buffer.from('yy')]);
+    return [bytes, 2, bytes.length - 2] as const;
+  };
+
+  it('reads a plain chunk of the learnt shape, characters of any width included, as read does', () => {
+    const { chunks, models } = reader();
+    models.length = 0;
+    for (const text of ['world', 'é 漢字 😀', '']) {
+      const event = line(payload({ content: text }));
+      expect(chunks.contentOfBytes(...bytesOf(event))).toBe(text);
+      expect(reader().chunks.read(event).text).toBe(text);
+    }
+    expect(models).toEqual(['gpt-x', 'gpt-x', 'gpt-x']);
+  });
+
+  it('leaves to read what needs more than the bytes compared: escapes, other fields, other framing, a pending line', () => {
+    const { chunks } = reader();
+    const other = (extra: object) => line(JSON.stringify({ ...base, ...extra }));
+    const cases = [
+      line(payload({ content: 'a "quoted" word' })),
+      line(payload({ content: 'back\\slash' })),
+      line(payload({ content: 'two\nlines' })),
+      line(payload({ content: 'end' }, 'stop')),
+      other({
+        id: 'chatcmpl-2',
+        choices: [{ index: 0, delta: { content: 'A' }, logprobs: null, finish_reason: null }],
+      }),
+      `data: ${payload({ content: 'crlf' })}\r\n\r\n`,
+      `data:${payload({ content: 'no space' })}\n\n`,
+      line(payload({ content: 'one' })) + line(payload({ content: 'two' })),
+      line(payload({ content: 'cut' })).slice(0, -1),
+    ];
+    for (const event of cases) expect(chunks.contentOfBytes(...bytesOf(event))).toBeNull();
+    // A line pending from an earlier piece: the bytes are its continuation, not an event.
+    const pending = reader();
+    pending.chunks.read(line(payload({ content: 'split' })).slice(0, 30));
+    expect(pending.chunks.contentOfBytes(...bytesOf(line(payload({ content: 'x' }))))).toBeNull();
+  });
+
+  it('reads nothing from bytes before a shape is learnt', () => {
+    const result: StepResult = { text: '', toolCalls: [], finishReason: 'other', usage: null };
+    const chunks = new ChunkReader(result, { fail: () => {}, responseModel: () => {} });
+    expect(chunks.contentOfBytes(...bytesOf(line(payload({ content: 'x' }))))).toBeNull();
+  });
+});

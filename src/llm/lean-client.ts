@@ -367,6 +367,18 @@ class ModelCall implements Flushable, PausedReader {
     return this.readEnded();
   }
 
+  /**
+   * A chunk of a read that may hold more, as bytes (`ModelResponse.onBody`): parsed, not yet acted
+   * on, when it is a plain content chunk (`ChunkReader.contentOfBytes`); false leaves it to `parse`.
+   */
+  parseBytes(bytes: Buffer, start: number, end: number): boolean {
+    if (this.errored || this.stopped) return true;
+    const text = this.chunks.contentOfBytes(bytes, start, end);
+    if (text === null) return false;
+    if (text) this.parsed.push(text);
+    return true;
+  }
+
   /** A piece of a read that may hold more (`ModelResponse.onBody`): parsed, not yet acted on. */
   parse(piece: string): void {
     if (this.errored || this.stopped) return;
@@ -494,6 +506,37 @@ export class ChunkReader {
   private shape: ContentShape | null = null;
   /** Shapes learnt so far; a provider whose chunks differ in more than their text stops the learning. */
   private shapesLearnt = 0;
+  /** The learnt shape as the bytes of one SSE event around its text (`contentOfBytes`). */
+  private framed: { head: Buffer; tail: Buffer } | null = null;
+
+  /**
+   * The text of a content-only chunk read straight from the response's bytes, or null: `bytes[start,
+   * end)` is one whole SSE event, `data: `, the learnt prefix, a text that needs no JSON decoding,
+   * the learnt suffix and a blank line, and no line is pending. Only the text is decoded; the rest
+   * of the event is compared as bytes. What `read` would make of the same bytes, else null and
+   * `read` takes them (bench/README.md, Session 24).
+   */
+  contentOfBytes(bytes: Buffer, start: number, end: number): string | null {
+    const shape = this.shape;
+    if (shape === null || this.buffer !== '') return null;
+    this.framed ??= { head: Buffer.from(`data: ${shape.prefix}`), tail: Buffer.from(`${shape.suffix}\n\n`) };
+    const { head, tail } = this.framed;
+    const bodyFrom = start + head.length;
+    const bodyTo = end - tail.length;
+    if (
+      bodyTo < bodyFrom ||
+      bytes.compare(head, 0, head.length, start, bodyFrom) !== 0 ||
+      bytes.compare(tail, 0, tail.length, bodyTo, end) !== 0
+    )
+      return null;
+    // A quote, a backslash or a control character: `read` decodes it with JSON.parse.
+    for (let i = bodyFrom; i < bodyTo; i++) {
+      const byte = bytes[i]!;
+      if (byte === 0x22 || byte === 0x5c || byte < 0x20) return null;
+    }
+    if (shape.model) this.span.responseModel(shape.model);
+    return bytes.toString('utf8', bodyFrom, bodyTo);
+  }
 
   read(queued: string): { text: string; error: unknown } {
     const { result, span, calls } = this;
@@ -635,6 +678,7 @@ export class ChunkReader {
     )
       return;
     this.shape = { prefix, suffix, model: probe.model ? probe.model : null };
+    this.framed = null;
   }
 }
 
@@ -663,7 +707,9 @@ const MAX_EARLY_CHARS = 16 * 1024;
 interface BodySink {
   /** A piece, parsed and acted on; false stops reading until the sink resumes it. */
   data(piece: string): boolean;
-  /** A piece of a read that may hold more, parsed only... */
+  /** A chunk of a read that may hold more, as bytes, parsed only (false: not a plain content chunk)... */
+  parseBytes(bytes: Buffer, start: number, end: number): boolean;
+  /** ...or as text... */
   parse(piece: string): void;
   /** ...and then acted on, at the read's end; false as for `data`. */
   readEnded(): boolean;
@@ -784,9 +830,15 @@ export class ModelResponse implements StreamHandler {
    * (`onReadEnd`), once for the several chunks a rested socket's read holds.
    */
   onBody(buffer: Buffer, start: number, end: number): boolean {
+    const sink = this.sink_;
+    // A plain content chunk is read from the bytes; anything else is decoded and parsed as text.
+    if (sink !== null && !this.decoderHolds && sink.parseBytes(buffer, start, end)) {
+      this.parsed = true;
+      return true;
+    }
     const piece = this.decode(buffer, start, end);
-    if (this.sink_ === null) return this.deliver(piece);
-    this.sink_.parse(piece);
+    if (sink === null) return this.deliver(piece);
+    sink.parse(piece);
     this.parsed = true;
     return true;
   }
