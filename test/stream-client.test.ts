@@ -331,6 +331,53 @@ describe('stream client', () => {
     },
   );
 
+  it("a handler that takes ranges gets each chunk of a read as one, then the read's end; a false end pauses until resumed", async () => {
+    const server = await rawServer(async (socket) => {
+      socket.write(
+        head('200 OK', 'Transfer-Encoding: chunked') + chunked('one ', 'two ').replace(/0\r\n\r\n$/, ''),
+      );
+      await sleep(30);
+      socket.write(chunked('three ', 'four'));
+    });
+    const events: string[] = [];
+    let resume = () => {};
+    await new Promise<void>((resolve, reject) => {
+      const handler: StreamHandler = {
+        onConnect: () => {},
+        onHeaders: (_status, _raw, r) => {
+          resume = r;
+          return true;
+        },
+        onData: () => {
+          reject(new Error('onData is not for a handler that takes ranges'));
+          return true;
+        },
+        onBody: (buffer, start, end) => {
+          events.push(buffer.toString('utf8', start, end));
+          return true;
+        },
+        onReadEnd: () => {
+          events.push('end');
+          if (events.filter((e) => e === 'end').length > 1) return true;
+          setTimeout(() => {
+            events.push('resumed');
+            resume();
+          }, 100);
+          return false;
+        },
+        onComplete: () => {
+          events.push('complete');
+          resolve();
+        },
+        onError: reject,
+      };
+      client().dispatch({ origin: server.origin, path: '/', method: 'POST', headers: {}, body: '' }, handler);
+    });
+    // The second write arrived while paused and waited; the read the answer ended in has its
+    // `onComplete`, not a read's end.
+    expect(events).toEqual(['one ', 'two ', 'end', 'resumed', 'three ', 'four', 'complete']);
+  });
+
   it('stopReading hands over the rest of the read it came in, then reads nothing more until resumed', async () => {
     const server = await rawServer(async (socket) => {
       socket.write(
