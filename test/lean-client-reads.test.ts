@@ -70,8 +70,9 @@ afterAll(async () => {
   await new Promise((resolve) => server.close(resolve));
 });
 
-async function parts(scheduler?: CoalescingScheduler): Promise<{ parts: TurnStreamPart[]; usage: unknown }> {
-  const stream = streamLean(model, {
+/** One call of the test's model: a one-step turn saying "Hi", no retries. */
+const call = (scheduler?: CoalescingScheduler) =>
+  streamLean(model, {
     scheduler,
     system: '',
     messages: [{ role: 'user', content: 'Hi' }],
@@ -80,6 +81,12 @@ async function parts(scheduler?: CoalescingScheduler): Promise<{ parts: TurnStre
     signal: new AbortController().signal,
     retry: { retries: 0, delaysMs: [1], maxDelayMs: 1 },
   });
+
+const texts = (out: TurnStreamPart[]) =>
+  out.filter((p) => p.type === 'text-delta').map((p) => (p as { text: string }).text);
+
+async function parts(scheduler?: CoalescingScheduler): Promise<{ parts: TurnStreamPart[]; usage: unknown }> {
+  const stream = call(scheduler);
   const out: TurnStreamPart[] = [];
   for await (const part of stream.fullStream) out.push(part);
   return { parts: out, usage: await stream.totalUsage };
@@ -136,11 +143,7 @@ describe.each(dispatchers)('lean client reads, through %s', (_name, make) => {
     const u = body.indexOf(Buffer.from('ü')) + 1;
     writes = [body.subarray(0, han), body.subarray(han, emoji), body.subarray(emoji, u), body.subarray(u)];
     const { parts: out } = await parts();
-    const text = out
-      .filter((p) => p.type === 'text-delta')
-      .map((p) => (p as { text: string }).text)
-      .join('');
-    expect(text).toBe('é 漢字 😀ü');
+    expect(texts(out).join('')).toBe('é 漢字 😀ü');
   });
 
   it('decodes characters split across the chunks of one read', async () => {
@@ -157,24 +160,13 @@ describe.each(dispatchers)('lean client reads, through %s', (_name, make) => {
       ],
     ];
     const { parts: out } = await parts();
-    const text = out
-      .filter((p) => p.type === 'text-delta')
-      .map((p) => (p as { text: string }).text)
-      .join('');
-    expect(text).toBe('é 漢字😀ü');
+    expect(texts(out).join('')).toBe('é 漢字😀ü');
   });
 
   it('a broken answer after whole chunks of the same read: their text first, then the failure', async () => {
     writes = [{ raw: `${chunkOf(content('a'))}${chunkOf(content('b'))}zz\r\n` }];
     const out: TurnStreamPart[] = [];
-    const stream = streamLean(model, {
-      system: '',
-      messages: [{ role: 'user', content: 'Hi' }],
-      tools: {},
-      maxSteps: 1,
-      signal: new AbortController().signal,
-      retry: { retries: 0, delaysMs: [1], maxDelayMs: 1 },
-    });
+    const stream = call();
     await expect(
       (async () => {
         for await (const part of stream.fullStream) out.push(part);
@@ -184,8 +176,6 @@ describe.each(dispatchers)('lean client reads, through %s', (_name, make) => {
   });
 
   describe('in a busy process (coalescing at the source)', () => {
-    const texts = (out: TurnStreamPart[]) =>
-      out.filter((p) => p.type === 'text-delta').map((p) => (p as { text: string }).text);
     const eight = ['a', 'b', 'c', 'd', 'e', 'f', 'g'].map(content);
 
     it('the first text goes at once; later text waits for the window, merged; the end is not held', async () => {
@@ -199,15 +189,7 @@ describe.each(dispatchers)('lean client reads, through %s', (_name, make) => {
 
     it('held text is released by the scheduler timer, before the body ends', async () => {
       writes = [content('a'), content('b'), 400, [content('c'), finish, done].join('')];
-      const scheduler = new CoalescingScheduler({ windowMs: () => 100 });
-      const stream = streamLean(model, {
-        system: '',
-        messages: [{ role: 'user', content: 'Hi' }],
-        tools: {},
-        maxSteps: 1,
-        signal: new AbortController().signal,
-        scheduler,
-      });
+      const stream = call(new CoalescingScheduler({ windowMs: () => 100 }));
       const seen: { text: string; at: number }[] = [];
       const start = performance.now();
       for await (const part of stream.fullStream)

@@ -209,8 +209,9 @@ export interface StepResult {
  * One model call: the request (with the bounded retries), then its SSE body, handed over by the
  * dispatcher (`ModelResponse`, a dispatch handler: no body `Readable`, no `data` events) and
  * parsed as it arrives: chunk by chunk, and acted on once per socket read (`readEnded`) through
- * the service's own client, once per chunk through undici's. `next()` returns the parts of everything parsed since the last
- * call (one text delta for all of its content deltas), `null` at the end. The turn's generator
+ * the service's own client, once per chunk through undici's. `next()` returns the parts of
+ * everything parsed since the last call (one text delta for all of its content deltas), `null` at
+ * the end. The turn's generator
  * awaits one promise per wake-up; no async iterator over the body and no generator of its own.
  *
  * When the process is busy (the coalescer's load signal, streams/coalescer.ts) a call whose first

@@ -296,7 +296,7 @@ class Connection {
       if (this.bodyRead) {
         this.bodyRead = false;
         // An answer that ended in this read had its handler's `onComplete` instead.
-        if (this.handler === handler && !handler.onReadEnd!()) this.pause();
+        if (this.handler === handler && handler.onReadEnd?.() === false) this.pause();
       }
     } catch (err) {
       // A broken answer (an Error thrown by the parser below), or a handler that threw.
