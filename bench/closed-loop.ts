@@ -35,6 +35,7 @@ import {
   runClosedLoop,
   SERVICE_MARKERS,
 } from './load-loop.js';
+import { backendOption, numberOption } from './options.js';
 import { percentile } from './percentile.js';
 import { coreBusyPercent, coreTicks, processTree, treeCpuMs, treeRssMb } from './proc-stats.js';
 
@@ -59,32 +60,31 @@ const { values: opts } = parseArgs({
   },
 });
 
-if (opts.backend !== 'postgres' && opts.backend !== 'pglite') {
-  console.error(`--backend must be postgres or pglite, got "${opts.backend}"`);
-  process.exit(2);
-}
-const BACKEND = opts.backend as 'postgres' | 'pglite';
-const LEVELS = opts.concurrency!.split(',').map(Number);
-const REPEAT = Number(opts.repeat);
+const BACKEND = backendOption(opts.backend);
+
+const LEVELS = opts
+  .concurrency!.split(',')
+  .map((level) => numberOption('concurrency', level, { min: 1, integer: true }));
+const REPEAT = numberOption('repeat', opts.repeat!, { min: 1, integer: true });
 const SETTINGS = {
-  rampMs: Number(opts.ramp) * 1000,
-  warmupMs: Number(opts.warmup) * 1000,
-  measureMs: Number(opts.duration) * 1000,
-  timeoutMs: Number(opts.timeout) * 1000,
+  rampMs: numberOption('ramp', opts.ramp!) * 1000,
+  warmupMs: numberOption('warmup', opts.warmup!) * 1000,
+  measureMs: numberOption('duration', opts.duration!, { min: 1 }) * 1000,
+  timeoutMs: numberOption('timeout', opts.timeout!, { min: 1 }) * 1000,
   chatEvery: 10,
   recordReplies: opts.timings === true,
 };
-const MODEL = { tokens: Number(opts.tokens), ttftMs: Number(opts.ttft), delayMs: Number(opts.delay) };
+const MODEL = {
+  tokens: numberOption('tokens', opts.tokens!, { min: 1, integer: true }),
+  ttftMs: numberOption('ttft', opts.ttft!),
+  delayMs: numberOption('delay', opts.delay!),
+};
 /**
  * The model's price in credits per 1,000 input and output tokens. At 0 (the default, as bootstrap
  * leaves it) a turn writes a ledger row and leaves the organization's balance alone; priced, every
  * turn also updates the organization's row, as in a deployment that charges.
  */
-const CREDITS_PER_1K = Number(opts['credits-per-1k']);
-if (!Number.isFinite(CREDITS_PER_1K) || CREDITS_PER_1K < 0) {
-  console.error(`--credits-per-1k must be a number of credits, 0 or more, got "${opts['credits-per-1k']}"`);
-  process.exit(2);
-}
+const CREDITS_PER_1K = numberOption('credits-per-1k', opts['credits-per-1k']!);
 const PIN = !opts['no-pin'];
 /** How long the fake model takes for one reply: no worker can cycle faster. */
 const MODEL_REPLY_MS = MODEL.ttftMs + MODEL.tokens * MODEL.delayMs;

@@ -27,6 +27,7 @@ import {
   startService,
   stopChild,
 } from './harness.js';
+import { backendOption, numberOption } from './options.js';
 import { processTree, treeCpuMs } from './proc-stats.js';
 
 const { values: opts } = parseArgs({
@@ -44,16 +45,12 @@ const { values: opts } = parseArgs({
   },
 });
 
-if (opts.backend !== 'postgres' && opts.backend !== 'pglite') {
-  console.error(`--backend must be postgres or pglite, got "${opts.backend}"`);
-  process.exit(2);
-}
-const BACKEND = opts.backend as 'postgres' | 'pglite';
+const BACKEND = backendOption(opts.backend);
 const ENDPOINTS = opts.endpoints!.split(',');
-const CONNECTIONS = Number(opts.connections);
-const WARMUP_S = Number(opts.warmup);
-const DURATION_S = Number(opts.duration);
-const REPEAT = Number(opts.repeat);
+const CONNECTIONS = numberOption('connections', opts.connections!, { min: 1, integer: true });
+const WARMUP_S = numberOption('warmup', opts.warmup!);
+const DURATION_S = numberOption('duration', opts.duration!, { min: 1 });
+const REPEAT = numberOption('repeat', opts.repeat!, { min: 1, integer: true });
 const PIN = !opts['no-pin'];
 const PROFILE_DIR = path.join(ROOT, 'bench', 'profiles');
 const RESULTS_DIR = path.join(ROOT, 'bench', 'results');

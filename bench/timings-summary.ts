@@ -16,6 +16,8 @@
  *   client's TTFT ("outside": before the service read the request and after it wrote the token:
  *   the event loop's backlog, the sockets, the generator's own core);
  * - the same parts for the slowest 1 % of first tokens;
+ * - with the service started with bench/timing-probe.mjs, the whole reply in parts (the model's
+ *   body as the service read it, the result's writing, the client's side);
  * - the load over time in slices (`--slice`, ms): requests sent, TTFT p50 / p99 and the parts'
  *   p99. A closed loop's workers move in near lockstep, so its load comes in waves; this shows
  *   whether the tail is the waves' crests.
@@ -93,6 +95,49 @@ function cyclesOf(replies: Line[]): number[] {
 
 const PARTS = ['ttft', 'queued', 'overhead', 'model_first_token', 'outside'] as const;
 
+/**
+ * The whole reply in parts, for a service started with bench/timing-probe.mjs (its `done` timing
+ * then has `model_request_ms`, `first_chunk_ms` and `model_end_ms`), with direct's TTFT and body
+ * beside them. The fake model sends its first chunk 50 ms after the request and its last 2,000 ms
+ * after that, so a body above 2,000 is the model's lateness plus the service's reading late.
+ */
+function replyParts(level: number, replies: Line[]): void {
+  const probed = replies.filter((l) => typeof l.service?.model_end_ms === 'number');
+  if (probed.length === 0) return;
+  const direct = all.filter((l) => l.concurrency === level && targetOf(l) === 'direct');
+  const rows: [string, number[]][] = [
+    ['direct: TTFT at the client', direct.map((l) => l.ttft_ms)],
+    ['direct: first token to the end, at the client', direct.map((l) => l.total_ms - l.ttft_ms)],
+    ['service: TTFT at the client', probed.map((l) => l.ttft_ms)],
+    ['arrival to the model request', probed.map((l) => l.service!.model_request_ms!)],
+    [
+      'model request to its first chunk',
+      probed.map((l) => l.service!.first_chunk_ms! - l.service!.model_request_ms!),
+    ],
+    [
+      "first chunk to the model's end (the body, as read)",
+      probed.map((l) => l.service!.model_end_ms! - l.service!.first_chunk_ms!),
+    ],
+    [
+      "the model's end to the reply written (`turn_finish`)",
+      probed.map((l) => l.service!.total_ms! - l.service!.model_end_ms!),
+    ],
+    [
+      'outside the service (client total minus `total_ms`)',
+      probed.map((l) => l.total_ms - l.service!.total_ms!),
+    ],
+    ['service: request to the end, at the client', probed.map((l) => l.total_ms)],
+  ];
+  console.log(`\nThe reply's parts (bench/timing-probe.mjs, ${probed.length} replies):\n`);
+  console.log('| part, ms | mean | p50 | p90 | p99 |');
+  console.log('|---|---|---|---|---|');
+  for (const [name, values] of rows)
+    console.log(
+      `| ${name} | ${round(mean(values))} | ${round(percentile(values, 50))} | ${round(percentile(values, 90))} | ${round(percentile(values, 99))} |`,
+    );
+  console.log('');
+}
+
 const levels = [...new Set(lines.map((l) => l.concurrency))].filter(
   (c) => opts.concurrency === undefined || c === Number(opts.concurrency),
 );
@@ -133,6 +178,7 @@ for (const level of levels) {
       `| ${part} | ${round(percentile(values, 50))} | ${round(percentile(values, 90))} | ${round(percentile(values, 99))} | ${round(percentile(values, 100))} | ${round(mean(slowest.map((p) => p[part]!)))} |`,
     );
   }
+  replyParts(level, replies);
   // Slices of the measured phase (of the first run: the runs' clocks start afresh).
   const first = replies.filter((l) => l.repeat === Math.min(...replies.map((r) => r.repeat)));
   const bySlice = new Map<number, Line[]>();
