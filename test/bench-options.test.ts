@@ -7,10 +7,10 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 
 const ROOT = path.resolve(import.meta.dirname, '..');
-// A check that no longer stops the run would start a whole bench: the timeout fails it instead.
 const TSX = path.join(ROOT, 'node_modules', '.bin', 'tsx');
 
 function bench(script: string, ...args: string[]) {
+  // A check that no longer stops the run would start a whole bench: the timeout fails it instead.
   const run = spawnSync(TSX, [path.join(ROOT, 'bench', script), ...args], {
     cwd: ROOT,
     encoding: 'utf8',
