@@ -16,6 +16,7 @@ import { createParser } from 'eventsource-parser';
 import pg from 'pg';
 import { startFakeModelServer } from '../test/helpers/fake-model-server.js';
 import { freeServicePort, startArgs } from './harness.js';
+import { numberOption } from './options.js';
 import { percentile } from './percentile.js';
 
 const { values: opts } = parseArgs({
@@ -28,11 +29,13 @@ const { values: opts } = parseArgs({
     'json-only': { type: 'boolean', default: false },
   },
 });
-const TOKENS = Number(opts.tokens);
-const TTFT = Number(opts.ttft);
-const DELAY = Number(opts.delay);
-const LEVELS = opts.levels!.split(',').map(Number);
-const DURATION = Number(opts.duration);
+const TOKENS = numberOption('--tokens', opts.tokens!, { min: 1, integer: true });
+const TTFT = numberOption('--ttft', opts.ttft!);
+const DELAY = numberOption('--delay', opts.delay!);
+const LEVELS = opts
+  .levels!.split(',')
+  .map((level) => numberOption('--levels', level, { min: 1, integer: true }));
+const DURATION = numberOption('--duration', opts.duration!, { min: 1 });
 const ROOT = path.resolve(import.meta.dirname, '..');
 const CLK_TCK = 100;
 

@@ -64,27 +64,27 @@ const BACKEND = backendOption(opts.backend);
 
 const LEVELS = opts
   .concurrency!.split(',')
-  .map((level) => numberOption('concurrency', level, { min: 1, integer: true }));
-const REPEAT = numberOption('repeat', opts.repeat!, { min: 1, integer: true });
+  .map((level) => numberOption('--concurrency', level, { min: 1, integer: true }));
+const REPEAT = numberOption('--repeat', opts.repeat!, { min: 1, integer: true });
 const SETTINGS = {
-  rampMs: numberOption('ramp', opts.ramp!) * 1000,
-  warmupMs: numberOption('warmup', opts.warmup!) * 1000,
-  measureMs: numberOption('duration', opts.duration!, { min: 1 }) * 1000,
-  timeoutMs: numberOption('timeout', opts.timeout!, { min: 1 }) * 1000,
+  rampMs: numberOption('--ramp', opts.ramp!) * 1000,
+  warmupMs: numberOption('--warmup', opts.warmup!) * 1000,
+  measureMs: numberOption('--duration', opts.duration!, { min: 1 }) * 1000,
+  timeoutMs: numberOption('--timeout', opts.timeout!, { min: 1 }) * 1000,
   chatEvery: 10,
   recordReplies: opts.timings === true,
 };
 const MODEL = {
-  tokens: numberOption('tokens', opts.tokens!, { min: 1, integer: true }),
-  ttftMs: numberOption('ttft', opts.ttft!),
-  delayMs: numberOption('delay', opts.delay!),
+  tokens: numberOption('--tokens', opts.tokens!, { min: 1, integer: true }),
+  ttftMs: numberOption('--ttft', opts.ttft!),
+  delayMs: numberOption('--delay', opts.delay!),
 };
 /**
  * The model's price in credits per 1,000 input and output tokens. At 0 (the default, as bootstrap
  * leaves it) a turn writes a ledger row and leaves the organization's balance alone; priced, every
  * turn also updates the organization's row, as in a deployment that charges.
  */
-const CREDITS_PER_1K = numberOption('credits-per-1k', opts['credits-per-1k']!);
+const CREDITS_PER_1K = numberOption('--credits-per-1k', opts['credits-per-1k']!);
 const PIN = !opts['no-pin'];
 /** How long the fake model takes for one reply: no worker can cycle faster. */
 const MODEL_REPLY_MS = MODEL.ttftMs + MODEL.tokens * MODEL.delayMs;

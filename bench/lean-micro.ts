@@ -12,10 +12,11 @@ import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { createInterface } from 'node:readline';
 import { Agent } from 'undici';
+import { numberOption } from './options.js';
 
 const root = path.resolve(process.argv[2] ?? '.');
-const C = Number(process.argv[3] ?? 100);
-const seconds = Number(process.argv[4] ?? 6);
+const C = numberOption('C (the second argument)', process.argv[3] ?? '100', { min: 1, integer: true });
+const seconds = numberOption('seconds (the third argument)', process.argv[4] ?? '6', { min: 1 });
 
 async function main() {
   const { streamLean } = await import(path.join(root, 'src/llm/lean-client.ts'));

@@ -1,6 +1,6 @@
 /**
- * The checks the bench's entry points (bench/closed-loop.ts, bench/rates.ts) make of their
- * options: a typo stops the run at once with what was wrong, rather than running a whole bench on
+ * The checks the bench's entry points (bench/closed-loop.ts, bench/rates.ts, bench/burst.ts,
+ * bench/lean-micro.ts) make of their options: a typo stops the run at once with what was wrong, rather than running a whole bench on
  * NaN or the wrong database.
  */
 
@@ -11,12 +11,12 @@ export function backendOption(value: string | undefined): 'postgres' | 'pglite' 
   process.exit(2);
 }
 
-/** A numeric option's value. `min`: the least value allowed; `integer`: whole numbers only. */
+/** A numeric option's value; `name` is how the message names it (`--repeat`). `min`: the least value allowed; `integer`: whole numbers only. */
 export function numberOption(name: string, value: string, { min = 0, integer = false } = {}): number {
   const n = Number(value);
   if (value.trim() === '' || !Number.isFinite(n) || n < min || (integer && !Number.isInteger(n))) {
     console.error(
-      `--${name} must be ${integer ? 'a whole number' : 'a number'}, ${min} or more, got "${value}"`,
+      `${name} must be ${integer ? 'a whole number' : 'a number'}, ${min} or more, got "${value}"`,
     );
     process.exit(2);
   }

@@ -47,10 +47,10 @@ const { values: opts } = parseArgs({
 
 const BACKEND = backendOption(opts.backend);
 const ENDPOINTS = opts.endpoints!.split(',');
-const CONNECTIONS = numberOption('connections', opts.connections!, { min: 1, integer: true });
-const WARMUP_S = numberOption('warmup', opts.warmup!);
-const DURATION_S = numberOption('duration', opts.duration!, { min: 1 });
-const REPEAT = numberOption('repeat', opts.repeat!, { min: 1, integer: true });
+const CONNECTIONS = numberOption('--connections', opts.connections!, { min: 1, integer: true });
+const WARMUP_S = numberOption('--warmup', opts.warmup!);
+const DURATION_S = numberOption('--duration', opts.duration!, { min: 1 });
+const REPEAT = numberOption('--repeat', opts.repeat!, { min: 1, integer: true });
 const PIN = !opts['no-pin'];
 const PROFILE_DIR = path.join(ROOT, 'bench', 'profiles');
 const RESULTS_DIR = path.join(ROOT, 'bench', 'results');

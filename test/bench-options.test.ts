@@ -1,5 +1,5 @@
 /**
- * The bench's entry points refuse a mistyped option at once (bench/options.ts): a typo in
+ * The bench's entry points (and bench/lean-micro.ts) refuse a mistyped option at once (bench/options.ts): a typo in
  * `--concurrency` or `--repeat` would otherwise run minutes of bench on NaN and print a table of it.
  */
 import { spawnSync } from 'node:child_process';
@@ -31,6 +31,8 @@ describe('bench options', () => {
     ['closed-loop.ts', ['--credits-per-1k=-1'], '--credits-per-1k must be a number, 0 or more, got "-1"'],
     ['closed-loop.ts', ['--backend', 'pg'], '--backend must be postgres or pglite, got "pg"'],
     ['rates.ts', ['--connections', '2.5'], '--connections must be a whole number, 1 or more, got "2.5"'],
+    ['burst.ts', ['--levels', '1,ten'], '--levels must be a whole number, 1 or more, got "ten"'],
+    ['lean-micro.ts', ['.', '100', '0'], 'seconds (the third argument) must be a number, 1 or more, got "0"'],
   ])('%s %j stops with exit code 2 and says what was wrong', (script, args, message) => {
     const run = bench(script, ...args);
     expect(run.status).toBe(2);
