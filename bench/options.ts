@@ -1,7 +1,7 @@
 /**
  * The checks the bench's entry points (bench/closed-loop.ts, bench/rates.ts, bench/burst.ts,
- * bench/lean-micro.ts) make of their options: a typo stops the run at once with what was wrong, rather than running a whole bench on
- * NaN or the wrong database.
+ * bench/lean-micro.ts) make of their options: a typo stops the run at once with what was wrong,
+ * rather than running a whole bench on NaN or the wrong database.
  */
 
 /** `--backend`: the database the service runs on. */
@@ -11,7 +11,10 @@ export function backendOption(value: string | undefined): 'postgres' | 'pglite' 
   process.exit(2);
 }
 
-/** A numeric option's value; `name` is how the message names it (`--repeat`). `min`: the least value allowed; `integer`: whole numbers only. */
+/**
+ * A numeric option's value. `name`: how the message names it (`--repeat`); `min`: the least value
+ * allowed; `integer`: whole numbers only.
+ */
 export function numberOption(name: string, value: string, { min = 0, integer = false } = {}): number {
   const n = Number(value);
   if (value.trim() === '' || !Number.isFinite(n) || n < min || (integer && !Number.isInteger(n))) {

@@ -11,8 +11,9 @@
  *   BENCH_START_ARGS="--single-threaded-gc --heap-growing-percent=50 --import ./bench/timing-probe.mjs dist/main.js" \
  *     npm run --silent bench -- --closed-loop --concurrency 500 --timings
  *
- * It reads the class's fields (private to TypeScript only), so it breaks loudly if they are
- * renamed: the added fields would all be null, and the summary says so.
+ * It reads the class's members (private to TypeScript only). If a method it calls is renamed,
+ * every `done` event fails (a probe run shows errors at once); if a field is renamed, its part is
+ * null in every reply, and the summary says that the probe's parts are missing.
  */
 import { TurnTiming } from '../dist/telemetry/turn-timing.js';
 

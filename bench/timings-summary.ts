@@ -103,7 +103,14 @@ const PARTS = ['ttft', 'queued', 'overhead', 'model_first_token', 'outside'] as 
  */
 function replyParts(level: number, replies: Line[]): void {
   const probed = replies.filter((l) => typeof l.service?.model_end_ms === 'number');
-  if (probed.length === 0) return;
+  if (probed.length === 0) {
+    // The probe ran, but what it reads is gone (a renamed field of TurnTiming): say so.
+    if (replies.some((l) => l.service !== null && 'model_end_ms' in l.service))
+      console.log(
+        "\nThe probe's parts are null in every reply: bench/timing-probe.mjs reads what TurnTiming no longer has.\n",
+      );
+    return;
+  }
   const direct = all.filter((l) => l.concurrency === level && targetOf(l) === 'direct');
   const rows: [string, number[]][] = [
     ['direct: TTFT at the client', direct.map((l) => l.ttft_ms)],

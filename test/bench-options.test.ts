@@ -1,6 +1,7 @@
 /**
- * The bench's entry points (and bench/lean-micro.ts) refuse a mistyped option at once (bench/options.ts): a typo in
- * `--concurrency` or `--repeat` would otherwise run minutes of bench on NaN and print a table of it.
+ * The bench's entry points (and bench/lean-micro.ts) refuse a mistyped option at once
+ * (bench/options.ts): a typo in `--concurrency` or `--repeat` would otherwise run minutes of bench
+ * on NaN and print a table of it.
  */
 import { spawnSync } from 'node:child_process';
 import path from 'node:path';
